@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Each module has `register(sub)`, which adds its parser and sets `handler`.
 # Heavy imports (torch, aioquic) stay inside the handlers so `--help` is fast.
-_SUBCOMMAND_MODULES: tuple[str, ...] = ()
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("sidecar.commands.bench",)
 
 
 def _subcommands() -> list[Callable[[argparse._SubParsersAction], None]]:
