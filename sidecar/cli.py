@@ -34,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Each module has `register(sub)`, which adds its parser and sets `handler`.
 # Heavy imports (torch, aioquic) stay inside the handlers so `--help` is fast.
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("sidecar.commands.bench",)
+_SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "sidecar.commands.bench",
+    "sidecar.commands.cert",
+)
 
 
 def _subcommands() -> list[Callable[[argparse._SubParsersAction], None]]:
