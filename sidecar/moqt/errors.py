@@ -1,0 +1,163 @@
+"""MoQT draft-14 error codes and the exceptions the protocol core raises.
+
+Codes are IntEnums so that logs and tests read as names, while the wire keeps plain integers:
+a peer may send codes this table does not know, so decoded messages hold ``int``.
+
+Exceptions come in three kinds, because callers must treat them differently:
+
+* ``NeedMoreData``: the bytes are fine so far but stop early; wait for more.
+* ``ProtocolError`` (and its ``DecodeError``): the peer broke the protocol; the session closes
+  with ``code``.
+* ``UsageError``: the local application asked for something the protocol forbids right now;
+  nothing went on the wire.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class SessionErrorCode(IntEnum):
+    """Application error codes of CONNECTION_CLOSE (draft-14 §Session Termination)."""
+
+    NO_ERROR = 0x0
+    INTERNAL_ERROR = 0x1
+    UNAUTHORIZED = 0x2
+    PROTOCOL_VIOLATION = 0x3
+    INVALID_REQUEST_ID = 0x4
+    DUPLICATE_TRACK_ALIAS = 0x5
+    KEY_VALUE_FORMATTING_ERROR = 0x6
+    TOO_MANY_REQUESTS = 0x7
+    INVALID_PATH = 0x8
+    MALFORMED_PATH = 0x9
+    GOAWAY_TIMEOUT = 0x10
+    CONTROL_MESSAGE_TIMEOUT = 0x11
+    DATA_STREAM_TIMEOUT = 0x12
+    AUTH_TOKEN_CACHE_OVERFLOW = 0x13
+    DUPLICATE_AUTH_TOKEN_ALIAS = 0x14
+    VERSION_NEGOTIATION_FAILED = 0x15
+    MALFORMED_AUTH_TOKEN = 0x16
+    UNKNOWN_AUTH_TOKEN_ALIAS = 0x17
+    EXPIRED_AUTH_TOKEN = 0x18
+    INVALID_AUTHORITY = 0x19
+    MALFORMED_AUTHORITY = 0x1A
+
+
+class SubscribeErrorCode(IntEnum):
+    """SUBSCRIBE_ERROR and TRACK_STATUS_ERROR codes."""
+
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TIMEOUT = 0x2
+    NOT_SUPPORTED = 0x3
+    TRACK_DOES_NOT_EXIST = 0x4
+    INVALID_RANGE = 0x5
+    MALFORMED_AUTH_TOKEN = 0x10
+    EXPIRED_AUTH_TOKEN = 0x12
+
+
+class FetchErrorCode(IntEnum):
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TIMEOUT = 0x2
+    NOT_SUPPORTED = 0x3
+    TRACK_DOES_NOT_EXIST = 0x4
+    INVALID_RANGE = 0x5
+    NO_OBJECTS = 0x6
+    INVALID_JOINING_REQUEST_ID = 0x7
+    UNKNOWN_STATUS_IN_RANGE = 0x8
+    MALFORMED_TRACK = 0x9
+    MALFORMED_AUTH_TOKEN = 0x10
+    EXPIRED_AUTH_TOKEN = 0x12
+
+
+class PublishErrorCode(IntEnum):
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TIMEOUT = 0x2
+    NOT_SUPPORTED = 0x3
+    UNINTERESTED = 0x4
+
+
+class PublishNamespaceErrorCode(IntEnum):
+    """PUBLISH_NAMESPACE_ERROR and PUBLISH_NAMESPACE_CANCEL codes."""
+
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TIMEOUT = 0x2
+    NOT_SUPPORTED = 0x3
+    UNINTERESTED = 0x4
+    MALFORMED_AUTH_TOKEN = 0x10
+    EXPIRED_AUTH_TOKEN = 0x12
+
+
+class SubscribeNamespaceErrorCode(IntEnum):
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TIMEOUT = 0x2
+    NOT_SUPPORTED = 0x3
+    NAMESPACE_PREFIX_UNKNOWN = 0x4
+    NAMESPACE_PREFIX_OVERLAP = 0x5
+    MALFORMED_AUTH_TOKEN = 0x10
+    EXPIRED_AUTH_TOKEN = 0x12
+
+
+class PublishDoneStatus(IntEnum):
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TRACK_ENDED = 0x2
+    SUBSCRIPTION_ENDED = 0x3
+    GOING_AWAY = 0x4
+    EXPIRED = 0x5
+    TOO_FAR_BEHIND = 0x6
+    MALFORMED_TRACK = 0x7
+
+
+class StreamResetCode(IntEnum):
+    """RESET_STREAM / STOP_SENDING codes on data streams."""
+
+    INTERNAL_ERROR = 0x0
+    CANCELLED = 0x1
+    DELIVERY_TIMEOUT = 0x2
+    SESSION_CLOSED = 0x3
+
+
+class MoqtError(Exception):
+    """Base of every exception the MoQT core raises on purpose."""
+
+
+class NeedMoreData(MoqtError):
+    """The input is a valid prefix but ends before the item does."""
+
+
+class ProtocolError(MoqtError):
+    """The peer violated the protocol; the session must close with ``code``."""
+
+    def __init__(
+        self, reason: str, code: SessionErrorCode = SessionErrorCode.PROTOCOL_VIOLATION
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+class DecodeError(ProtocolError):
+    """Bytes that can never become a valid item (as opposed to ``NeedMoreData``)."""
+
+
+class ObjectTooLarge(DecodeError):
+    """An object's declared payload exceeds the local cap.
+
+    Legal on the wire, so it costs the stream, not the session.
+    """
+
+
+class UsageError(MoqtError):
+    """The local caller asked for something the protocol or the session state forbids."""
+
+
+class RequestsBlocked(UsageError):
+    """The peer's MAX_REQUEST_ID does not allow another request yet.
+
+    The session has told the peer with REQUESTS_BLOCKED; retry after a ``MaxRequestIdReceived``.
+    """

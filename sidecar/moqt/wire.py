@@ -1,0 +1,214 @@
+"""Primitive MoQT draft-14 encodings: varints, tuples, key-value pairs, reason phrases.
+
+Encoders are pure functions returning ``bytes``. Decoding goes through ``Reader``, a cursor over
+a buffer that never copies more than the item it returns, and that tells *truncated* input
+(``NeedMoreData``: wait for more bytes) from *malformed* input (``DecodeError``: close).
+Every length read from the wire is checked against a cap before anything is sliced, so a
+peer can never make us allocate more than the caps below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .errors import DecodeError, NeedMoreData, SessionErrorCode
+from .model import Location
+
+Buffer = bytes | bytearray | memoryview
+
+MAX_VARINT = (1 << 62) - 1
+MAX_TUPLE_FIELDS = 32
+MAX_FULL_TRACK_NAME = 4096
+MAX_KVP_BYTES = 65535
+MAX_REASON_PHRASE = 1024
+
+# A key-value pair: even keys carry a varint, odd keys carry bytes (draft-14 §Parameters).
+KeyValuePair = tuple[int, int | bytes]
+
+
+def encode_varint(value: int) -> bytes:
+    """QUIC variable-length integer (RFC 9000 §16), always in its shortest form."""
+    if value < 0x40:
+        if value < 0:
+            raise ValueError(f"varint must not be negative: {value}")
+        return bytes((value,))
+    if value < 0x4000:
+        return (value | 0x4000).to_bytes(2, "big")
+    if value < 0x40000000:
+        return (value | 0x80000000).to_bytes(4, "big")
+    if value <= MAX_VARINT:
+        return (value | 0xC000000000000000).to_bytes(8, "big")
+    raise ValueError(f"varint too large: {value}")
+
+
+def encode_bytes(value: bytes) -> bytes:
+    """``bytes(vi)``: a varint length, then the bytes."""
+    return encode_varint(len(value)) + value
+
+
+def encode_tuple(fields: tuple[bytes, ...]) -> bytes:
+    """A Track Namespace tuple: field count, then each field as ``bytes(vi)``."""
+    if len(fields) > MAX_TUPLE_FIELDS:
+        raise ValueError(f"namespace has {len(fields)} fields, at most {MAX_TUPLE_FIELDS}")
+    return encode_varint(len(fields)) + b"".join(encode_bytes(f) for f in fields)
+
+
+def encode_location(location: Location) -> bytes:
+    return encode_varint(location.group) + encode_varint(location.object)
+
+
+def encode_reason(reason: str) -> bytes:
+    raw = reason.encode()
+    if len(raw) > MAX_REASON_PHRASE:
+        raise ValueError(f"reason phrase is {len(raw)} bytes, at most {MAX_REASON_PHRASE}")
+    return encode_bytes(raw)
+
+
+def encode_kvps(pairs: Iterable[KeyValuePair]) -> bytes:
+    """Key-value pairs without a count (the form used inside extension headers)."""
+    out = bytearray()
+    for key, value in pairs:
+        out += encode_varint(key)
+        if key % 2 == 0:
+            if not isinstance(value, int):
+                raise ValueError(f"even key {key:#x} needs an int value")
+            out += encode_varint(value)
+        else:
+            if not isinstance(value, bytes):
+                raise ValueError(f"odd key {key:#x} needs a bytes value")
+            if len(value) > MAX_KVP_BYTES:
+                raise ValueError(f"value of key {key:#x} is longer than {MAX_KVP_BYTES}")
+            out += encode_bytes(value)
+    return bytes(out)
+
+
+def encode_parameters(pairs: tuple[KeyValuePair, ...]) -> bytes:
+    """Parameters as in control messages: a count, then the pairs."""
+    return encode_varint(len(pairs)) + encode_kvps(pairs)
+
+
+def decode_kvps(data: Buffer) -> tuple[KeyValuePair, ...]:
+    """Parse a whole buffer of count-less key-value pairs (an extension block)."""
+    reader = Reader(data)
+    pairs: list[KeyValuePair] = []
+    try:
+        while not reader.at_end():
+            pairs.append(reader.kvp())
+    except NeedMoreData as exc:
+        raise DecodeError(
+            "truncated key-value pair", SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
+        ) from exc
+    return tuple(pairs)
+
+
+class Reader:
+    """A cursor over ``data[pos:end]``; raises ``NeedMoreData`` when it would read past ``end``."""
+
+    __slots__ = ("data", "end", "pos")
+
+    def __init__(self, data: Buffer, pos: int = 0, end: int | None = None) -> None:
+        self.data = memoryview(data) if not isinstance(data, memoryview) else data
+        self.pos = pos
+        self.end = len(data) if end is None else end
+
+    @property
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def at_end(self) -> bool:
+        return self.pos >= self.end
+
+    def varint(self) -> int:
+        pos = self.pos
+        if pos >= self.end:
+            raise NeedMoreData("varint")
+        first = self.data[pos]
+        prefix = first >> 6
+        if prefix == 0:
+            self.pos = pos + 1
+            return first
+        length = 1 << prefix
+        if pos + length > self.end:
+            raise NeedMoreData("varint")
+        value = int.from_bytes(self.data[pos : pos + length], "big")
+        self.pos = pos + length
+        return value & ((1 << (8 * length - 2)) - 1)
+
+    def u8(self) -> int:
+        if self.pos >= self.end:
+            raise NeedMoreData("u8")
+        value = self.data[self.pos]
+        self.pos += 1
+        return value
+
+    def u16(self) -> int:
+        return int.from_bytes(self.raw(2), "big")
+
+    def flag(self, what: str) -> bool:
+        """A u8 that must be 0 or 1."""
+        value = self.u8()
+        if value > 1:
+            raise DecodeError(f"{what} must be 0 or 1, got {value}")
+        return value == 1
+
+    def raw(self, length: int) -> memoryview:
+        """The next ``length`` bytes, as a view (no copy)."""
+        end = self.pos + length
+        if end > self.end:
+            raise NeedMoreData(f"{length} bytes")
+        view = self.data[self.pos : end]
+        self.pos = end
+        return view
+
+    def bytes_vi(self, max_length: int, what: str = "field") -> bytes:
+        """``bytes(vi)`` whose length must not exceed ``max_length``."""
+        length = self.varint()
+        if length > max_length:
+            raise DecodeError(f"{what} is {length} bytes, at most {max_length}")
+        return bytes(self.raw(length))
+
+    def count(self, max_count: int, what: str) -> int:
+        value = self.varint()
+        if value > max_count:
+            raise DecodeError(f"{what} count {value} exceeds {max_count}")
+        return value
+
+    def tuple(self, allow_empty: bool = False) -> tuple[bytes, ...]:
+        """A Track Namespace tuple of 1..32 fields (0 fields only where ``allow_empty``)."""
+        count = self.count(MAX_TUPLE_FIELDS, "namespace field")
+        if count == 0 and not allow_empty:
+            raise DecodeError("empty namespace tuple")
+        return tuple(self.bytes_vi(MAX_FULL_TRACK_NAME, "namespace field") for _ in range(count))
+
+    def location(self) -> Location:
+        return Location(self.varint(), self.varint())
+
+    def reason(self) -> str:
+        raw = self.bytes_vi(MAX_REASON_PHRASE, "reason phrase")
+        try:
+            return raw.decode()
+        except UnicodeDecodeError as exc:
+            raise DecodeError("reason phrase is not UTF-8") from exc
+
+    def kvp(self) -> KeyValuePair:
+        key = self.varint()
+        if key % 2 == 0:
+            return key, self.varint()
+        length = self.varint()
+        if length > MAX_KVP_BYTES:
+            raise DecodeError(
+                f"value of key {key:#x} is {length} bytes, at most {MAX_KVP_BYTES}",
+                SessionErrorCode.KEY_VALUE_FORMATTING_ERROR,
+            )
+        return key, bytes(self.raw(length))
+
+    def parameters(self) -> tuple[KeyValuePair, ...]:
+        """``count (vi)`` then that many key-value pairs.
+
+        A pair takes at least two bytes, so a count larger than half the remaining input is
+        malformed; checking that first keeps a huge count from driving a long loop.
+        """
+        count = self.varint()
+        if count * 2 > self.remaining:
+            raise NeedMoreData("parameters")
+        return tuple(self.kvp() for _ in range(count))
