@@ -127,7 +127,15 @@ class MoqtError(Exception):
 
 
 class NeedMoreData(MoqtError):
-    """The input is a valid prefix but ends before the item does."""
+    """The input is a valid prefix but ends before the item does.
+
+    ``needed`` is the buffer position the item needs to reach, when the item's length is known
+    (a payload), so a stream parser can wait for that much instead of retrying on every packet.
+    """
+
+    def __init__(self, what: str, needed: int | None = None) -> None:
+        super().__init__(what)
+        self.needed = needed
 
 
 class ProtocolError(MoqtError):

@@ -155,7 +155,7 @@ class Reader:
         """The next ``length`` bytes, as a view (no copy)."""
         end = self.pos + length
         if end > self.end:
-            raise NeedMoreData(f"{length} bytes")
+            raise NeedMoreData(f"{length} bytes", needed=end)
         view = self.data[self.pos : end]
         self.pos = end
         return view
