@@ -1,0 +1,86 @@
+"""How much a KV compression hurts the model that continues from it.
+
+The test mirrors the product: a decode server loads a context's KV (here: the first
+`context` pydoc tokens, passed through the compression round trip) and computes the next
+`score` tokens on top of it in one forward pass. Against the same run on the uncompressed
+KV we report the perplexity of the true next tokens, the mean KL(p_ref || p_test) of the
+next-token distributions and how often the most likely next token stays the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from sidecar.models.corpus import pydoc_token_ids
+from sidecar.models.kv import forward_with_kv
+from sidecar.models.kv_store import pydoc_kv
+from sidecar.models.smollm2 import load_model
+
+RoundTrip = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Quality:
+    ppl: float
+    kl: float
+    top1: float
+
+
+@dataclass(frozen=True)
+class _Reference:
+    context_kv: torch.Tensor
+    scored_ids: list[int]
+    targets: torch.Tensor
+    log_probs: torch.Tensor
+    top1: torch.Tensor
+
+
+@functools.cache
+def _reference(context: int, score: int) -> _Reference:
+    # The context KV is sliced from the prompt's cached KV (causal attention: the first
+    # `context` tokens' KV does not depend on what follows), so the benchmark's 4096-token
+    # prompt serves both. Token `context + score` is only a target, never fed.
+    ids = pydoc_token_ids(context + score + 1)
+    context_kv = pydoc_kv(context + score).kv[:, :, :context].clone()
+    scored_ids = ids[context : context + score]
+    log_probs = torch.log_softmax(forward_with_kv(load_model(), context_kv, scored_ids), dim=-1)
+    return _Reference(
+        context_kv=context_kv,
+        scored_ids=scored_ids,
+        targets=torch.tensor(ids[context + 1 :]),
+        log_probs=log_probs,
+        top1=log_probs.argmax(dim=-1),
+    )
+
+
+def reference_quality(context: int = 3072, score: int = 1024) -> Quality:
+    """The uncompressed run's own figures (its KL is 0 and top-1 is 1 by definition)."""
+    return evaluate(lambda kv: kv, context=context, score=score)
+
+
+@torch.inference_mode()
+def evaluate(roundtrip: RoundTrip, context: int = 3072, score: int = 1024) -> Quality:
+    """Quality of the model continuing from `roundtrip(context KV)`.
+
+    `roundtrip` gets a copy of the fp32 context KV `[layers, 2, context, kv_heads, head_dim]`
+    and returns the decompressed KV of the same shape, in any float dtype. The uncompressed
+    reference run is computed once per process and (context, score).
+    """
+    ref = _reference(context, score)
+    restored = roundtrip(ref.context_kv.clone())
+    if restored.shape != ref.context_kv.shape:
+        raise ValueError(
+            f"round trip changed the KV shape: {tuple(ref.context_kv.shape)} -> "
+            f"{tuple(restored.shape)}"
+        )
+    logits = forward_with_kv(load_model(), restored, ref.scored_ids)
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    nll = -log_probs.gather(1, ref.targets[:, None]).mean().item()
+    kl = torch.sum(ref.log_probs.exp() * (ref.log_probs - log_probs), dim=-1).mean().item()
+    top1 = (log_probs.argmax(dim=-1) == ref.top1).float().mean().item()
+    return Quality(ppl=math.exp(nll), kl=kl, top1=top1)
