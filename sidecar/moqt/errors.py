@@ -164,7 +164,7 @@ class UsageError(MoqtError):
     """The local caller asked for something the protocol or the session state forbids."""
 
 
-class RequestsBlocked(UsageError):
+class RequestLimitReached(UsageError):
     """The peer's MAX_REQUEST_ID does not allow another request yet.
 
     The session has told the peer with REQUESTS_BLOCKED; retry after a ``MaxRequestIdReceived``.
