@@ -1,0 +1,25 @@
+"""`int4`: symmetric integers in [-7, 7], two's-complement nibbles, two elements a byte.
+
+One scale per token, layer and K|V; the nibble 0b1000 (-8) is never emitted.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .fixed import ElementFormat, FixedWidthCodec, pack_nibbles, unpack_nibbles
+
+INT4_MAX = 7.0
+
+
+def _quantize(values: torch.Tensor) -> torch.Tensor:
+    codes = values.round().clamp(-INT4_MAX, INT4_MAX).to(torch.int8).view(torch.uint8) & 0x0F
+    return pack_nibbles(codes)
+
+
+def _dequantize(data: torch.Tensor) -> torch.Tensor:
+    values = (unpack_nibbles(data).to(torch.int8) ^ 8).float() - 8.0
+    return values.masked_fill_(values == -8, float("nan"))
+
+
+INT4 = FixedWidthCodec("int4", ElementFormat(4, INT4_MAX, _quantize, _dequantize))
