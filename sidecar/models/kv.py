@@ -13,14 +13,21 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from sidecar.kvcache.layout import KVLayout
+
 K, V = 0, 1
 
 
-def kv_shape(model: PreTrainedModel) -> tuple[int, int, int, torch.dtype]:
-    """(num_layers, num_kv_heads, head_dim, dtype) of the model's KV cache."""
+def kv_layout(model: PreTrainedModel) -> KVLayout:
+    """The layout of the model's KV cache; its dtype is the model's (fp32 for the CPU model)."""
     config = model.config.get_text_config(decoder=True)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return config.num_hidden_layers, config.num_key_value_heads, head_dim, model.dtype
+    return KVLayout(
+        num_layers=config.num_hidden_layers,
+        num_kv_heads=config.num_key_value_heads,
+        head_dim=head_dim,
+        dtype=str(model.dtype).removeprefix("torch."),
+    )
 
 
 def _batch_of_one(token_ids: Sequence[int]) -> torch.Tensor:
@@ -36,15 +43,12 @@ def kv_from_cache(cache: DynamicCache) -> torch.Tensor:
 def cache_from_kv(model: PreTrainedModel, kv: torch.Tensor) -> DynamicCache:
     """The model's cache object filled from a kvmoq KV tensor, ready for generation to continue.
 
-    The tensor is cast to the model's dtype: a decoded KV may come as fp16 or bf16.
+    The tensor is cast to the model's dtype (a decoded KV may come as fp16 or bf16); one
+    that does not fit the model raises `TensorError`.
     """
-    num_layers, num_kv_heads, head_dim, dtype = kv_shape(model)
-    if kv.dim() != 5 or kv.shape[:2] != (num_layers, 2) or kv.shape[3:] != (num_kv_heads, head_dim):
-        raise ValueError(
-            f"KV of shape {tuple(kv.shape)} does not fit the model: expected "
-            f"[{num_layers}, 2, tokens, {num_kv_heads}, {head_dim}]"
-        )
-    per_layer = kv.to(dtype=dtype, device=model.device).transpose(2, 3).unsqueeze(2)
+    layout = kv_layout(model)
+    layout.check(kv)
+    per_layer = kv.to(dtype=model.dtype, device=model.device).transpose(2, 3).unsqueeze(2)
     return DynamicCache(
         ddp_cache_data=[(layer[K], layer[V]) for layer in per_layer], config=model.config
     )

@@ -6,6 +6,8 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
+from sidecar.kvcache.errors import TensorError
+from sidecar.kvcache.layout import KVLayout
 from sidecar.models.corpus import pydoc_token_ids
 from sidecar.models.kv import (
     K,
@@ -14,7 +16,7 @@ from sidecar.models.kv import (
     extract_kv,
     forward_with_kv,
     kv_from_cache,
-    kv_shape,
+    kv_layout,
 )
 
 pytestmark = pytest.mark.model
@@ -29,7 +31,9 @@ def full_logits(smollm2: PreTrainedModel) -> torch.Tensor:
 
 
 def test_layout_of_smollm2(smollm2: PreTrainedModel) -> None:
-    assert kv_shape(smollm2) == (30, 3, 64, torch.float32)
+    layout = kv_layout(smollm2)
+    assert layout == KVLayout(num_layers=30, num_kv_heads=3, head_dim=64, dtype="float32")
+    assert layout.torch_dtype == smollm2.dtype
 
 
 def test_extracted_kv_shape_and_determinism(smollm2: PreTrainedModel) -> None:
@@ -78,5 +82,5 @@ def test_half_precision_kv_loads_into_fp32_model(
 
 
 def test_wrong_shape_is_rejected(smollm2: PreTrainedModel) -> None:
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(TensorError, match="does not match"):
         cache_from_kv(smollm2, torch.zeros(30, 2, 4, 9, 64))
