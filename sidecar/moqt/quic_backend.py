@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 BackendName = Literal["aioquic", "qh3"]
@@ -97,6 +98,8 @@ class QuicBackend:
     QuicConfiguration: type
     QuicConnection: type
     QuicConnectionProtocol: type
+    events: ModuleType
+    """The stack's `quic.events` module: each stack has its own event classes."""
     connect: Callable[..., Any]
     serve: Callable[..., Any]
     send_backlog: Callable[[Any], int]
@@ -161,6 +164,7 @@ def load_backend(name: BackendName) -> QuicBackend:
         config_mod = importlib.import_module(f"{name}.quic.configuration")
         conn_mod = importlib.import_module(f"{name}.quic.connection")
         asyncio_mod = importlib.import_module(f"{name}.asyncio")
+        events_mod = importlib.import_module(f"{name}.quic.events")
     except ImportError as exc:
         raise QuicSettingsError(f"QUIC backend {name!r} is not installed: {exc}") from exc
     aioquic = name == "aioquic"
@@ -169,6 +173,7 @@ def load_backend(name: BackendName) -> QuicBackend:
         QuicConfiguration=config_mod.QuicConfiguration,
         QuicConnection=conn_mod.QuicConnection,
         QuicConnectionProtocol=asyncio_mod.QuicConnectionProtocol,
+        events=events_mod,
         connect=asyncio_mod.connect,
         serve=asyncio_mod.serve,
         send_backlog=_aioquic_send_backlog if aioquic else _qh3_send_backlog,
