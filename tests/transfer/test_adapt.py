@@ -1,0 +1,138 @@
+"""Per-chunk track choice against a deadline, and the throughput estimate it relies on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar.kvcache.naming import PAYLOAD_TRACKS
+from sidecar.transfer.adapt import (
+    DEFAULT_PRIOR_BYTES_PER_SECOND,
+    QUALITY_ORDER,
+    ThroughputEstimate,
+    choose_track,
+)
+
+rates = st.floats(1.0, 1e11)
+samples = st.tuples(st.integers(1, 1 << 30), st.floats(1e-6, 100.0))
+
+
+def test_quality_order_covers_every_payload_track() -> None:
+    assert sorted(QUALITY_ORDER) == sorted(PAYLOAD_TRACKS)
+
+
+def test_the_first_sample_replaces_the_prior() -> None:
+    estimate = ThroughputEstimate()
+    assert estimate.bytes_per_second == DEFAULT_PRIOR_BYTES_PER_SECOND
+    assert estimate.observe(1000, 2.0).bytes_per_second == 500.0
+
+
+def test_later_samples_are_weighted_by_alpha() -> None:
+    estimate = ThroughputEstimate(alpha=0.25).observe(100, 1.0).observe(500, 1.0)
+    assert estimate.bytes_per_second == pytest.approx(0.25 * 500 + 0.75 * 100)
+    assert estimate.samples == 2
+
+
+@given(st.lists(samples, min_size=1, max_size=20), st.floats(0.01, 1.0))
+def test_the_estimate_stays_within_the_measured_rates(
+    measured: list[tuple[int, float]], alpha: float
+) -> None:
+    estimate = ThroughputEstimate(alpha=alpha)
+    for nbytes, seconds in measured:
+        estimate = estimate.observe(nbytes, seconds)
+    observed = [n / s for n, s in measured]
+    assert min(observed) * (1 - 1e-9) <= estimate.bytes_per_second <= max(observed) * (1 + 1e-9)
+
+
+@given(st.integers(1, 1 << 40), st.integers(1, 1 << 40), st.floats(0.01, 1.0), st.integers(0, 30))
+def test_a_change_of_rate_is_followed_geometrically(
+    before: int, after: int, alpha: float, steps: int
+) -> None:
+    estimate = ThroughputEstimate(alpha=alpha).observe(before, 1.0)
+    for _ in range(steps):
+        estimate = estimate.observe(after, 1.0)
+    expected = after + (before - after) * (1 - alpha) ** steps
+    assert estimate.bytes_per_second == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(("nbytes", "seconds"), [(0, 1.0), (-1, 1.0), (1, 0.0), (1, math.inf)])
+def test_meaningless_samples_are_refused(nbytes: int, seconds: float) -> None:
+    with pytest.raises(ValueError):
+        ThroughputEstimate().observe(nbytes, seconds)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"bytes_per_second": 0.0}, {"bytes_per_second": math.nan}, {"alpha": 0.0}, {"alpha": 1.5}],
+)
+def test_estimator_parameters_are_checked(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ThroughputEstimate(**kwargs)
+
+
+SIZES = {"fp16": 1000, "int8": 500, "ac": 300, "int4": 250}
+
+
+@pytest.mark.parametrize(
+    ("time_left", "chunks_left", "expected"),
+    [
+        (10.0, 1, "fp16"),
+        (10.0, 10, "fp16"),
+        (10.0, 11, "int8"),
+        (10.0, 20, "int8"),
+        (10.0, 30, "ac"),
+        (10.0, 40, "int4"),
+        (10.0, 41, None),
+        (0.0, 1, None),
+        (-1.0, 1, None),
+    ],
+)
+def test_best_track_within_the_share_of_time_left(
+    time_left: float, chunks_left: int, expected: str | None
+) -> None:
+    assert choose_track(SIZES, 1000.0, time_left, chunks_left) == expected
+
+
+def test_tracks_outside_the_order_are_never_chosen() -> None:
+    assert choose_track(SIZES, 1000.0, 10.0, 1, ("int4", "ac")) == "int4"
+    assert choose_track({"fp16": 1}, 1000.0, 10.0, 1, ("int4",)) is None
+
+
+def test_chunks_left_counts_this_chunk() -> None:
+    with pytest.raises(ValueError):
+        choose_track(SIZES, 1000.0, 10.0, 0)
+
+
+def test_slack_from_an_early_chunk_goes_to_the_next() -> None:
+    sizes = {"fp16": 100, "int4": 25}
+    assert choose_track(sizes, 1.0, 125.0, 2) == "int4"
+    assert choose_track(sizes, 1.0, 125.0 - 25, 1) == "fp16"
+
+
+chunk_sizes = st.lists(
+    st.fixed_dictionaries({}, optional={t: st.integers(1, 10_000) for t in PAYLOAD_TRACKS}).filter(
+        bool
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@given(chunk_sizes, rates, st.floats(0.0, 100.0))
+def test_with_a_true_estimate_a_load_never_misses_its_deadline(
+    chunks: list[dict[str, int]], rate: float, deadline: float
+) -> None:
+    time_left = deadline
+    for index, sizes in enumerate(chunks):
+        track = choose_track(sizes, rate, time_left, len(chunks) - index)
+        budget = time_left / (len(chunks) - index) * rate
+        better = QUALITY_ORDER[: QUALITY_ORDER.index(track)] if track else QUALITY_ORDER
+        assert all(sizes[t] > budget for t in better if t in sizes)
+        if track is None:
+            break
+        assert sizes[track] <= budget
+        time_left -= sizes[track] / rate
+    assert time_left >= -1e-9 * deadline
