@@ -1,0 +1,149 @@
+"""Primitive encodings: varints, tuples, key-value pairs, reason phrases, the Reader's errors."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar.moqt.errors import DecodeError, NeedMoreData, SessionErrorCode
+from sidecar.moqt.model import Location
+from sidecar.moqt.wire import (
+    MAX_VARINT,
+    Reader,
+    decode_kvps,
+    encode_bytes,
+    encode_kvps,
+    encode_location,
+    encode_parameters,
+    encode_reason,
+    encode_tuple,
+    encode_varint,
+)
+
+from .strategies import kvp_lists, locations, namespaces, varints
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        (0, "00"),
+        (63, "3f"),
+        (64, "4040"),
+        (16383, "7fff"),
+        (16384, "80004000"),
+        (2**30 - 1, "bfffffff"),
+        (2**30, "c000000040000000"),
+        (0xFF00000E, "c0000000ff00000e"),  # the draft-14 version: always 8 bytes
+        (MAX_VARINT, "ffffffffffffffff"),
+    ],
+)
+def test_varint_boundaries(value: int, encoded: str) -> None:
+    assert encode_varint(value).hex() == encoded
+    assert Reader(bytes.fromhex(encoded)).varint() == value
+
+
+def test_varint_rfc9000_examples_including_non_minimal_forms() -> None:
+    # RFC 9000 §A.1: decoders accept any length, not only the shortest.
+    for encoded, value in [
+        ("c2197c5eff14e88c", 151288809941952652),
+        ("9d7f3e7d", 494878333),
+        ("7bbd", 15293),
+        ("25", 37),
+        ("4025", 37),
+    ]:
+        assert Reader(bytes.fromhex(encoded)).varint() == value
+
+
+@pytest.mark.parametrize("value", [-1, MAX_VARINT + 1])
+def test_varint_out_of_range_is_refused(value: int) -> None:
+    with pytest.raises(ValueError):
+        encode_varint(value)
+
+
+@given(varints)
+def test_varint_round_trip_and_truncation(value: int) -> None:
+    encoded = encode_varint(value)
+    reader = Reader(encoded)
+    assert reader.varint() == value and reader.at_end()
+    for cut in range(len(encoded)):
+        with pytest.raises(NeedMoreData):
+            Reader(encoded[:cut]).varint()
+
+
+@given(namespaces)
+def test_tuple_round_trip(fields: tuple[bytes, ...]) -> None:
+    assert Reader(encode_tuple(fields)).tuple() == fields
+
+
+def test_tuple_field_counts() -> None:
+    with pytest.raises(DecodeError):
+        Reader(b"\x00").tuple()
+    assert Reader(b"\x00").tuple(allow_empty=True) == ()
+    with pytest.raises(DecodeError):
+        Reader(encode_varint(33) + b"\x00" * 33).tuple()
+    with pytest.raises(ValueError):
+        encode_tuple((b"",) * 33)
+
+
+def test_bytes_cap_is_checked_before_reading() -> None:
+    # A declared length over the cap is malformed even though the bytes are not there.
+    with pytest.raises(DecodeError):
+        Reader(encode_varint(2000)).bytes_vi(1024)
+    with pytest.raises(NeedMoreData):
+        Reader(encode_varint(20) + b"abc").bytes_vi(1024)
+    assert Reader(encode_bytes(b"abc")).bytes_vi(3) == b"abc"
+
+
+@given(locations)
+def test_location_round_trip(location: Location) -> None:
+    assert Reader(encode_location(location)).location() == location
+
+
+def test_locations_order_lexicographically() -> None:
+    assert Location(1, 9) < Location(2, 0) < Location(2, 1)
+
+
+@given(st.text(max_size=200))
+def test_reason_round_trip(reason: str) -> None:
+    if len(reason.encode()) <= 1024:
+        assert Reader(encode_reason(reason)).reason() == reason
+
+
+def test_reason_limits_and_utf8() -> None:
+    with pytest.raises(ValueError):
+        encode_reason("x" * 1025)
+    with pytest.raises(DecodeError):
+        Reader(encode_bytes(b"x" * 1025)).reason()
+    with pytest.raises(DecodeError):
+        Reader(encode_bytes(b"\xff\xfe")).reason()
+
+
+@given(kvp_lists)
+def test_kvps_round_trip(pairs: tuple[tuple[int, int | bytes], ...]) -> None:
+    assert decode_kvps(encode_kvps(pairs)) == pairs
+    assert Reader(encode_parameters(pairs)).parameters() == pairs
+
+
+def test_kvp_value_types_follow_key_parity() -> None:
+    with pytest.raises(ValueError):
+        encode_kvps([(2, b"x")])
+    with pytest.raises(ValueError):
+        encode_kvps([(3, 1)])
+
+
+def test_kvp_over_long_value_is_a_formatting_error() -> None:
+    with pytest.raises(DecodeError) as info:
+        Reader(b"\x01" + encode_varint(65536)).kvp()
+    assert info.value.code == SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
+
+
+def test_truncated_extension_block_is_a_formatting_error() -> None:
+    with pytest.raises(DecodeError) as info:
+        decode_kvps(b"\x01\x05ab")
+    assert info.value.code == SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
+
+
+def test_huge_parameter_count_fails_without_looping() -> None:
+    with pytest.raises(NeedMoreData):
+        Reader(encode_varint(MAX_VARINT) + b"\x02\x01").parameters()
