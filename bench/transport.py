@@ -165,7 +165,7 @@ async def _quic_sender(job: Job, port: int, result: Awaitable[Received]) -> Rece
     async with transport.open_connection(
         HOST, port, job.settings, lambda _: lambda _: None, server_name="localhost"
     ) as endpoint:
-        quic = endpoint._quic
+        quic = endpoint.quic
         stream_id = quic.get_next_available_stream_id(is_unidirectional=True)
         payload = _payload()
         for _ in range(job.total // CHUNK):

@@ -1,16 +1,18 @@
 """asyncio glue: tuned QUIC connections for either stack, and MoQT sessions on them.
 
-Two layers, as in aioquic's `asyncio/` package. First a tuned QUIC connection
-with send backpressure, for either stack:
+Two layers, like aioquic's `asyncio/` package under its `H3Connection`:
 
-The stacks' own `connect`/`serve` do the socket and connection-ID plumbing; the
-protocol class here adds what they lack for bulk transfer: big socket buffers,
-pacing off, and `drain()`. aioquic and qh3 accept any amount of stream data
-into memory and never push back, so a producer faster than the path would grow
-the send buffer without bound; `drain()` makes it wait instead.
-
-Whatever sits on top (the MoQT session, or a bare byte counter in the
-benchmark) sees only QUIC events, through one callback per connection.
+1. `open_connection` / `start_server`: a QUIC connection on either stack. The
+   stacks' own `connect`/`serve` do the socket and connection-ID plumbing; the
+   protocol class here adds what they lack for bulk transfer: big socket
+   buffers, pacing off, and `drain()`. aioquic and qh3 accept any amount of
+   stream data into memory and never push back, so a producer faster than the
+   path would grow the send buffer without bound; `drain()` makes it wait.
+   Whatever sits on top sees only QUIC events, through one callback.
+2. `connect` / `serve`: a `MoqtConnection` per QUIC connection, which feeds
+   every QUIC event to the sans-I/O `MoqtSession` and hands the session's events
+   to one application callback. All protocol logic stays in the session; this
+   layer only owns time (the session's timers) and the event loop.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
+from sidecar.moqt.errors import SessionErrorCode
+from sidecar.moqt.events import GoawayReceived, MoqtEvent, SessionClosed, SetupCompleted
 from sidecar.moqt.quic_backend import QuicBackend, QuicSettings, load_backend, tune_socket
+from sidecar.moqt.session import MoqtSession
 
 _T = TypeVar("_T")
 
@@ -50,8 +57,8 @@ QuicEventHandler = Callable[[Any], None]
 class QuicEndpoint(Protocol):
     """What the layers above use of a connection; the concrete class depends on the stack."""
 
-    _quic: Any
-
+    @property
+    def quic(self) -> Any: ...
     def transmit(self) -> None: ...
     def transmit_soon(self) -> None: ...
     async def drain(self) -> None: ...
@@ -117,6 +124,11 @@ class _EndpointMixin:
     def closed(self) -> bool:
         return self._terminated
 
+    @property
+    def quic(self) -> Any:
+        """The stack's sans-I/O QuicConnection (write into it, then `transmit_soon`)."""
+        return self._quic
+
     def transmit_soon(self) -> None:
         """Send what was written, once per loop iteration however many writes came before."""
         if self._transmit_task is None:
@@ -124,9 +136,12 @@ class _EndpointMixin:
 
     async def drain(self) -> None:
         """Wait until the connection's unsent backlog is under `max_send_backlog`."""
-        while self._backlogged():
-            if self._terminated:
+        while True:
+            # Both stacks set `_close_event` as soon as either side closes; writing on is futile.
+            if self._terminated or self._quic._close_event is not None:
                 raise ConnectionError("QUIC connection closed")
+            if not self._backlogged():
+                return
             if self._drain_waiter is None:
                 self._drain_waiter = self._loop.create_future()
             await asyncio.shield(self._drain_waiter)
@@ -190,3 +205,230 @@ async def start_server(
     return await backend.serve(
         host, port, configuration=config, create_protocol=_protocol_factory(settings, attach)
     )
+
+
+# MoQT sessions --------------------------------------------------------------------------
+
+MoqtEventHandler = Callable[[MoqtEvent], None]
+OnSession = Callable[["MoqtConnection"], MoqtEventHandler]
+"""Called once per MoQT session as soon as its QUIC handshake completes (before SETUP is
+answered); returns the callback that receives that session's events."""
+
+SETUP_TIMEOUT = 10.0
+TICK_INTERVAL = 0.25
+"""How often the session's timeouts are checked. They are seconds long (late streams, drained
+subscriptions), and a fixed tick avoids recomputing `next_timer()` after every event."""
+
+MAX_URL_LENGTH = 8192
+
+
+class MoqtConnectError(ConnectionError):
+    """The QUIC or MoQT handshake failed, or the URL cannot name a MoQT server."""
+
+
+@dataclass(frozen=True, slots=True)
+class MoqtUrl:
+    """A raw-QUIC MoQT URL: moqt://host:port/path?query (draft-14 has no default port)."""
+
+    host: str
+    port: int
+    path: str
+
+    @classmethod
+    def parse(cls, url: str) -> MoqtUrl:
+        if len(url) > MAX_URL_LENGTH:
+            raise MoqtConnectError(f"URL longer than {MAX_URL_LENGTH} characters")
+        parts = urlsplit(url)
+        if parts.scheme != "moqt":
+            raise MoqtConnectError(f"not a moqt:// URL: {url!r}")
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise MoqtConnectError(f"bad port in {url!r}") from exc
+        if not parts.hostname or port is None:
+            raise MoqtConnectError(f"a moqt URL needs a host and a port: {url!r}")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(parts.hostname, port, path)
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+class MoqtConnection:
+    """One MoQT session on one QUIC connection: the session plus the clock and the loop.
+
+    Use `session` to issue requests, answers and objects, then call `transmit()`;
+    after writing objects, `await drain()` so the producer never outruns the path.
+    """
+
+    def __init__(
+        self,
+        endpoint: QuicEndpoint,
+        session: MoqtSession,
+        on_session: OnSession,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.endpoint = endpoint
+        self.session = session
+        self._loop = loop
+        self.setup: asyncio.Future[SetupCompleted] = loop.create_future()
+        self.closed: asyncio.Future[SessionClosed] = loop.create_future()
+        self.goaway: asyncio.Future[bytes] = loop.create_future()
+        self._tick = loop.call_later(TICK_INTERVAL, self._on_tick)
+        self._on_event = on_session(self)
+
+    def transmit(self) -> None:
+        """Send what the session wrote, coalesced per loop iteration."""
+        self.endpoint.transmit_soon()
+
+    async def drain(self) -> None:
+        """Wait until the send backlog is under the limit; ConnectionError once closed."""
+        await self.endpoint.drain()
+
+    def close(self, error_code: int = SessionErrorCode.NO_ERROR, reason: str = "") -> None:
+        """Close the session (and its QUIC connection) with a MoQT session error code."""
+        self.session.close(error_code, reason)
+        self.endpoint.transmit()
+
+    async def wait_closed(self) -> None:
+        await self.endpoint.wait_closed()
+
+    def handle_quic_event(self, event: Any) -> None:
+        for moqt_event in self.session.handle_event(event, self._loop.time()):
+            self._dispatch(moqt_event)
+
+    def _dispatch(self, event: MoqtEvent) -> None:
+        if isinstance(event, SetupCompleted) and not self.setup.done():
+            self.setup.set_result(event)
+        elif isinstance(event, GoawayReceived) and not self.goaway.done():
+            self.goaway.set_result(event.new_session_uri)
+        elif isinstance(event, SessionClosed):
+            self._tick.cancel()
+            if not self.setup.done():
+                self.setup.set_exception(MoqtConnectError(f"session closed: {event.reason}"))
+            if not self.closed.done():
+                self.closed.set_result(event)
+        self._on_event(event)
+
+    def _on_tick(self) -> None:
+        self.session.tick(self._loop.time())
+        self.transmit()
+        if not self.endpoint.closed:
+            self._tick = self._loop.call_later(TICK_INTERVAL, self._on_tick)
+
+
+def _moqt_attach(
+    settings: QuicSettings, on_session: OnSession, *, url: MoqtUrl | None = None
+) -> Attach:
+    """Per QUIC connection: create the MoQT session once the handshake completes."""
+    handshake_completed = load_backend(settings.backend).events.HandshakeCompleted
+
+    def attach(endpoint: QuicEndpoint) -> QuicEventHandler:
+        loop = asyncio.get_running_loop()
+        connection: MoqtConnection | None = None
+
+        def on_event(event: Any) -> None:
+            nonlocal connection
+            if connection is not None:
+                connection.handle_quic_event(event)
+            elif isinstance(event, handshake_completed):
+                # Only TLS-level events come earlier, and a client may not open its
+                # control stream before the handshake anyway.
+                session = MoqtSession(
+                    endpoint.quic,
+                    is_client=url is not None,
+                    path=url.path.encode() if url else None,
+                    authority=url.authority.encode() if url else None,
+                    now=loop.time(),
+                )
+                connection = MoqtConnection(endpoint, session, on_session, loop)
+                connection.transmit()
+
+        return on_event
+
+    return attach
+
+
+@asynccontextmanager
+async def connect(
+    url: str, settings: QuicSettings, on_session: OnSession
+) -> AsyncIterator[MoqtConnection]:
+    """Open a MoQT session to `url` and wait for SETUP; closes it on exit."""
+    target = MoqtUrl.parse(url)
+    created: list[MoqtConnection] = []
+
+    def remember(connection: MoqtConnection) -> MoqtEventHandler:
+        created.append(connection)
+        return on_session(connection)
+
+    attach = _moqt_attach(settings, remember, url=target)
+    async with AsyncExitStack() as stack:
+        try:
+            endpoint = await stack.enter_async_context(
+                open_connection(target.host, target.port, settings, attach)
+            )
+            if not created:
+                raise MoqtConnectError("QUIC connected without completing the handshake")
+            await asyncio.wait_for(asyncio.shield(created[0].setup), SETUP_TIMEOUT)
+        except (ConnectionError, TimeoutError) as exc:
+            raise MoqtConnectError(f"cannot open a MoQT session to {url}: {exc!r}") from exc
+        connection = created[0]
+        try:
+            yield connection
+        finally:
+            if not endpoint.closed:
+                connection.close()
+
+
+class MoqtServer:
+    """A listening MoQT endpoint: every accepted session goes to `on_session`."""
+
+    def __init__(self, quic_server: Any, connections: set[MoqtConnection]) -> None:
+        self._quic_server = quic_server
+        self.connections = connections
+
+    def goaway(self, new_session_uri: str = "") -> None:
+        """Ask every client to move (draft-14 §GOAWAY); they close when they are done."""
+        for connection in list(self.connections):
+            connection.session.goaway(new_session_uri.encode())
+            connection.transmit()
+
+    async def shutdown(self, new_session_uri: str = "", grace: float = 5.0) -> None:
+        """GOAWAY, wait up to `grace` seconds for clients to leave, close the rest, stop."""
+        self.goaway(new_session_uri)
+        waiting = [asyncio.ensure_future(c.wait_closed()) for c in self.connections]
+        if waiting:
+            _, pending = await asyncio.wait(waiting, timeout=grace)
+            for future in pending:
+                future.cancel()
+        for connection in list(self.connections):
+            connection.close(SessionErrorCode.GOAWAY_TIMEOUT, "server shutting down")
+        self.close()
+
+    def close(self) -> None:
+        self._quic_server.close()
+
+
+async def serve(
+    host: str,
+    port: int,
+    settings: QuicSettings,
+    on_session: OnSession,
+    *,
+    cert: Path,
+    key: Path,
+) -> MoqtServer:
+    """Accept MoQT sessions on host:port (UDP) with the given certificate chain and key."""
+    connections: set[MoqtConnection] = set()
+
+    def track(connection: MoqtConnection) -> MoqtEventHandler:
+        connections.add(connection)
+        connection.closed.add_done_callback(lambda _: connections.discard(connection))
+        return on_session(connection)
+
+    quic_server = await start_server(
+        host, port, settings, _moqt_attach(settings, track), cert=cert, key=key
+    )
+    return MoqtServer(quic_server, connections)
