@@ -9,11 +9,16 @@ loaded cache is used as is, with the positions continuing after the loaded token
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 from sidecar.kvcache.layout import KVLayout
+
+if TYPE_CHECKING:
+    # Imported where used: transformers takes seconds to import, and this module is
+    # imported by commands (`kvmoq bench`) long before any model is needed.
+    from transformers import DynamicCache, PreTrainedModel
 
 K, V = 0, 1
 
@@ -46,6 +51,8 @@ def cache_from_kv(model: PreTrainedModel, kv: torch.Tensor) -> DynamicCache:
     The tensor is cast to the model's dtype (a decoded KV may come as fp16 or bf16); one
     that does not fit the model raises `TensorError`.
     """
+    from transformers import DynamicCache
+
     layout = kv_layout(model)
     layout.check(kv)
     per_layer = kv.to(dtype=model.dtype, device=model.device).transpose(2, 3).unsqueeze(2)

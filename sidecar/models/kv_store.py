@@ -10,6 +10,7 @@ contents on every load: a damaged file is discarded and the KV extracted again.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import tempfile
 from collections.abc import Sequence
@@ -19,7 +20,6 @@ from pathlib import Path
 import safetensors
 import safetensors.torch
 import torch
-import transformers
 
 from sidecar.log import get_logger
 from sidecar.models.corpus import pydoc_token_ids
@@ -70,7 +70,7 @@ def cache_path(token_ids: Sequence[int]) -> Path:
         FORMAT,
         _model_fingerprint(gguf_path()),
         torch.__version__,
-        transformers.__version__,
+        importlib.metadata.version("transformers"),
     ):
         key.update(part.encode() + b"\0")
     key.update(_ids_tensor(token_ids).numpy().tobytes())
