@@ -896,11 +896,11 @@ class MoqtSession:
 
     def _on_ok(self, message: Any) -> None:
         self._take_reply(message, _OK_FOR)
+        self._events.append(ev.RequestAccepted(message.request_id, message))
         if isinstance(message, SubscribeOk):
             track = self._remote_tracks.get(message.request_id)
             if track is not None and not track.unsubscribed:
                 self._bind_alias(track, message.track_alias)
-        self._events.append(ev.RequestAccepted(message.request_id, message))
 
     def _on_error(self, message: Any) -> None:
         request = self._take_reply(message, _ERROR_FOR)
@@ -977,6 +977,7 @@ class MoqtSession:
         if state is None:
             parser = DataStreamParser(self.limits.max_object_payload)
             state = self._in_streams[stream_id] = _InStream(parser, since=self._now)
+        state.fin = end_stream
         try:
             items = state.parser.feed(data, end_stream)
         except ObjectTooLarge as exc:
@@ -984,25 +985,20 @@ class MoqtSession:
             self._drop_in_stream(stream_id)
             return
         for item in items:
+            if stream_id not in self._in_streams:
+                return  # dropped while handling an earlier item
             if isinstance(item, SubgroupHeader):
                 self._on_subgroup_header(stream_id, state, item)
             elif isinstance(item, FetchHeader):
                 if item.request_id not in self._fetches:
                     raise ProtocolError(f"fetch stream for unknown fetch {item.request_id}")
                 state.request_id = item.request_id
-            elif stream_id in self._ignored_streams:
-                break
             elif state.request_id is None:
                 self._hold(stream_id, state, item)  # type: ignore[arg-type]
             else:
                 self._deliver(stream_id, state, item)
-        if not end_stream:
-            return
-        self._ignored_streams.discard(stream_id)
-        if stream_id in self._in_streams:
-            state.fin = True
-            if state.request_id is not None:
-                self._end_in_stream(stream_id, state)
+        if end_stream and stream_id in self._in_streams and state.request_id is not None:
+            self._end_in_stream(stream_id, state)
 
     def _on_subgroup_header(self, stream_id: int, state: _InStream, header: SubgroupHeader) -> None:
         track = self._remote_by_alias.get(header.track_alias)
@@ -1108,7 +1104,11 @@ class MoqtSession:
         state.pending_bytes = 0
 
     def _drop_in_stream(self, stream_id: int) -> None:
-        """Stop reading a stream we will not deliver (unknown alias too long, over a limit)."""
+        """Stop reading a stream we will not deliver (unknown alias too long, over a limit).
+
+        A stream that already ended needs no STOP_SENDING (and the QUIC stack may have
+        discarded it, which would make ``stop_stream`` raise).
+        """
         state = self._in_streams.pop(stream_id, None)
         if state is not None:
             self._release_pending(state)

@@ -76,42 +76,81 @@ class QuicPair:
 
 
 class SessionPair(QuicPair):
-    """A ``QuicPair`` with a MoQT session on each end; events collect per side."""
+    """A ``QuicPair`` with a MoQT session on each end; events collect per side.
+
+    With ``client_session`` or ``server_session`` False that end is a raw QUIC connection the
+    test scripts by hand (to play a misbehaving or quirky peer); its QUIC events collect in
+    ``client_raw`` / ``server_raw``.
+    """
 
     def __init__(
         self,
         client_limits: SessionLimits | None = None,
         server_limits: SessionLimits | None = None,
+        *,
+        client_session: bool = True,
+        server_session: bool = True,
     ) -> None:
         super().__init__()
-        self.client = MoqtSession(
-            self.client_quic,
-            is_client=True,
-            path=b"/kv",
-            authority=b"localhost:4443",
-            limits=client_limits,
-            now=self.now,
-        )
-        self.server = MoqtSession(self.server_quic, is_client=False, limits=server_limits)
+        self.client: MoqtSession | None = None
+        self.server: MoqtSession | None = None
+        if client_session:
+            self.client = MoqtSession(
+                self.client_quic,
+                is_client=True,
+                path=b"/kv",
+                authority=b"localhost:4443",
+                limits=client_limits,
+                now=self.now,
+            )
+        if server_session:
+            self.server = MoqtSession(self.server_quic, is_client=False, limits=server_limits)
         self.client_events: list[MoqtEvent] = []
         self.server_events: list[MoqtEvent] = []
+        self.client_raw: list[Any] = []
+        self.server_raw: list[Any] = []
+
+    def sessions(self) -> tuple[MoqtSession, MoqtSession]:
+        assert self.client is not None and self.server is not None
+        return self.client, self.server
 
     def pump(self, max_rounds: int = 10_000) -> None:
         """Exchange datagrams and deliver QUIC events until nothing moves."""
         for _ in range(max_rounds):
             moved = self.transfer()
-            self.client_events += self._drain(self.client_quic, self.client)
-            self.server_events += self._drain(self.server_quic, self.server)
-            if not moved:
+            self._drain(self.client_quic, self.client, self.client_events, self.client_raw)
+            self._drain(self.server_quic, self.server, self.server_events, self.server_raw)
+            if not moved and not self._fire_timers():
                 return
             self.now += 0.001
         raise AssertionError("connections did not go idle")
 
-    def _drain(self, quic: QuicConnection, session: MoqtSession) -> list[MoqtEvent]:
-        events: list[MoqtEvent] = []
+    def advance(self, seconds: float) -> None:
+        """Let simulated time pass (firing QUIC timers, e.g. a close's draining period)."""
+        self.now += seconds
+        self.pump()
+
+    def _fire_timers(self) -> bool:
+        fired = False
+        for quic in (self.client_quic, self.server_quic):
+            timer = quic.get_timer()
+            if timer is not None and timer <= self.now:
+                quic.handle_timer(now=self.now)
+                fired = True
+        return fired
+
+    def _drain(
+        self,
+        quic: QuicConnection,
+        session: MoqtSession | None,
+        events: list[MoqtEvent],
+        raw: list[Any],
+    ) -> None:
         while (event := quic.next_event()) is not None:
-            events += session.handle_event(event, now=self.now)
-        return events
+            if session is None:
+                raw.append(event)
+            else:
+                events += session.handle_event(event, now=self.now)
 
     def take(self, side: str) -> list[MoqtEvent]:
         """The events collected on ``side`` ("client" or "server") since the last take."""
