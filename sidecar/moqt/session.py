@@ -305,6 +305,7 @@ class MoqtSession:
         return min(times, default=None)
 
     def close(self, error_code: int = SessionErrorCode.NO_ERROR, reason: str = "") -> None:
+        """Close the QUIC connection. The caller knows, so no ``SessionClosed`` follows."""
         if not self.closed:
             self.closed = True
             self._quic.close(error_code=error_code, reason_phrase=reason)
@@ -813,8 +814,11 @@ class MoqtSession:
         self._events.append(ev.SubscribeRequested(message))
 
     def _on_subscribe_update(self, message: SubscribeUpdate) -> None:
-        if message.subscription_request_id not in self._local_tracks:
-            raise ProtocolError(f"update of unknown subscription {message.subscription_request_id}")
+        target = message.subscription_request_id
+        if target not in self._local_tracks and not isinstance(
+            self._inbound.get(target), Subscribe
+        ):
+            raise ProtocolError(f"update of unknown subscription {target}")
         self._peer_requests_finished += 1  # an update takes an id but leaves nothing open
         self._grant_credit()
         self._events.append(ev.SubscribeUpdated(message))
