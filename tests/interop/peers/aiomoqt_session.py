@@ -1,0 +1,43 @@
+"""Opening an aiomoqt draft-14 session the way every aiomoqt peer does.
+
+Runs under .venv-aiomoqt (Python 3.12). aiomoqt runs on aiopquic (picoquic), not aioquic,
+so it is a fully independent QUIC stack as well as an independent MoQT one.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiomoqt.client import MOQTClient
+
+DRAFT = 14
+
+
+def draft14_client(url: str, ca: str) -> MOQTClient:
+    """A raw-QUIC client offering draft-14 only, trusting `ca`.
+
+    SSLKEYLOGFILE (TLS secrets, for Wireshark) and QLOGDIR (qlog traces) are honoured so a
+    failing run can be captured on the wire without changing the command line.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "moqt" or parts.hostname is None or parts.port is None:
+        raise SystemExit(f"need moqt://host:port[/path], got {url!r}")
+    return MOQTClient(
+        parts.hostname,
+        parts.port,
+        path=parts.path or None,
+        use_quic=True,
+        verify_tls=True,
+        ca_file=os.path.abspath(ca),
+        supported_drafts=DRAFT,
+        keylog_filename=os.environ.get("SSLKEYLOGFILE"),
+        qlog_dir=os.environ.get("QLOGDIR"),
+    )
+
+
+def open_session(client: MOQTClient) -> AbstractAsyncContextManager[Any]:
+    """The session context; the caller still runs client_session_init() (SETUP)."""
+    return client.connect()

@@ -1,0 +1,66 @@
+"""aiomoqt subscriber: SUBSCRIBEs with an AbsoluteStart {0,0} filter and prints every object.
+
+A SUBSCRIBE refused because the relay does not know the track yet (the publisher's
+announcement may still be in flight) is retried until the timeout. Exits 0 after
+groups x objects objects, 1 on timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiomoqt.track import SubscribedTrack
+from aiomoqt.types import FilterType, MOQTRequestError
+from aiomoqt_session import draft14_client, open_session
+from pattern import object_record
+from peer_io import client_parser, emit, fail
+
+_RETRY_S = 0.2
+_FILTERS = {"absolute": FilterType.ABSOLUTE_START, "latest": FilterType.LATEST_OBJECT}
+
+
+async def receive(args) -> None:  # type: ignore[no-untyped-def]
+    expected = args.groups * args.objects
+    complete = asyncio.Event()
+    received = 0
+
+    def on_object(msg, _size, _when, group_id, _subgroup_id) -> None:  # type: ignore[no-untyped-def]
+        nonlocal received
+        if msg.payload == b"" and msg.status:
+            emit("status", group=group_id, object=msg.object_id, status=int(msg.status))
+            return
+        emit("object", **object_record(group_id, msg.object_id, bytes(msg.payload)))
+        received += 1
+        if received == expected:
+            complete.set()
+
+    async with open_session(draft14_client(args.url, args.ca)) as session:
+        await session.client_session_init()
+        emit("session", version=f"moq-transport-{session.negotiated_draft}")
+        while True:
+            track = SubscribedTrack(
+                session, namespace=args.namespace, trackname=args.track, on_object=on_object
+            )
+            try:
+                await track.subscribe(filter_type=_FILTERS[args.filter])
+                break
+            except MOQTRequestError as error:
+                emit("refused", code=error.error_code, reason=error.reason)
+                await asyncio.sleep(_RETRY_S)
+        emit("ready", filter=args.filter)
+        await complete.wait()
+        emit("done", objects=received)
+
+
+def main() -> None:
+    parser = client_parser(__doc__ or "")
+    parser.add_argument("--filter", choices=sorted(_FILTERS), default="absolute")
+    args = parser.parse_args()
+    try:
+        asyncio.run(asyncio.wait_for(receive(args), args.timeout))
+    except TimeoutError:
+        fail(f"timed out after {args.timeout} s")
+
+
+if __name__ == "__main__":
+    main()

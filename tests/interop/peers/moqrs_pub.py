@@ -1,0 +1,55 @@
+"""moq-rs publisher: one broadcast (the namespace) with one track of patterned groups.
+
+The groups are written once the track has a subscriber, one every --interval seconds, not
+all at once before: over draft-14 a moq-rs publisher ignores the SUBSCRIBE filter (it logs
+"filter not supported before draft-20"), starts serving at the newest group and skips any
+group superseded before it got to it. So objects written before the subscription, or in a
+burst, never reach a draft-14 subscriber. The groups are kept for the whole run (a long max
+age), so a moq-lite subscriber that asks for group 0 onwards still gets every one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import moq
+from moqrs_log import watch_versions
+from pattern import object_payload, object_size
+from peer_io import client_parser, emit
+
+_KEEP_US = 3_600_000_000
+
+
+async def publish(args) -> None:
+    client = moq.Client(
+        args.url, tls_roots=[os.path.abspath(args.ca)], websocket_enabled=False, reconnect=False
+    )
+    async with client:
+        broadcast = client.create_broadcast(args.namespace)
+        track = broadcast.publish_track(args.track, moq.TrackInfo(max_age_us=_KEEP_US))
+        broadcast.announce()
+        emit("ready", groups=args.groups, objects=args.objects)
+        await track.used()
+        for group in range(args.groups):
+            if group:
+                await asyncio.sleep(args.interval)
+            producer = track.create_group(group)
+            for obj in range(args.objects):
+                size = object_size(args.sizes, obj)
+                producer.write_frame(object_payload(args.seed, group, obj, size))
+            producer.finish()
+        emit("produced", groups=args.groups, objects=args.objects)
+        await asyncio.sleep(args.timeout)
+
+
+def main() -> None:
+    parser = client_parser(__doc__ or "")
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between groups")
+    args = parser.parse_args()
+    watch_versions(lambda version: emit("session", version=version))
+    asyncio.run(publish(args))
+
+
+if __name__ == "__main__":
+    main()
