@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UnknownCodecError
+from .ac import AC
 from .base import Codec
 from .bf16 import BF16
 from .fp4 import FP4
@@ -13,7 +14,7 @@ from .int8 import INT8
 
 CODEC_NAMES = ("fp16", "bf16", "fp8", "int8", "fp4", "int4", "ac")
 
-_CODECS: dict[str, Codec] = {codec.name: codec for codec in (FP16, BF16, FP8, INT8, FP4, INT4)}
+_CODECS: dict[str, Codec] = {codec.name: codec for codec in (FP16, BF16, FP8, INT8, FP4, INT4, AC)}
 
 
 def get_codec(name: str) -> Codec:

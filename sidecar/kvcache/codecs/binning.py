@@ -1,0 +1,77 @@
+"""CacheGen's layer-wise quantization: symbols for the entropy coder, and back.
+
+Each (token, layer, K|V) row of `H*D` values is scaled by its largest magnitude `m` and
+rounded onto `bins - 1` symmetric levels, `q = round(x * MAX / m) + MAX` with
+`MAX = bins / 2 - 1`, exactly as CacheGen ships it; `m` travels with the token as fp16 and
+the encoder quantizes with that rounded value, so the decoder's `x = (q - MAX) * m / MAX`
+sees the same scale. Early layers are more sensitive, so they get more bins (the levels
+below are CacheGen's `QUANT_LEVEL` table, level 2 being its default for every model).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import TablesError, TensorError
+from ..layout import KVLayout
+
+LEVELS = (1, 2, 3)
+DEFAULT_LEVEL = 2
+MIN_BINS = 4
+MAX_BINS = 64
+SMALLEST_MAXIMUM = 2.0**-24
+
+
+def level_bins(num_layers: int, level: int = DEFAULT_LEVEL) -> torch.Tensor:
+    """Bins per (layer, K|V) as uint8 `[L, 2]` for one of CacheGen's quality levels.
+
+    Level 1: K 16 bins below layer 20 then 12, V 16 below layer 2 then 12.
+    Level 2: K 32 below layer 10 then 16, V 32 below layer 2 then 16 (CacheGen's default).
+    Level 3: 32 everywhere.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    layer = torch.arange(num_layers)
+    fine, coarse, k_depth, v_depth = {1: (16, 12, 20, 2), 2: (32, 16, 10, 2), 3: (32, 32, 0, 0)}[
+        level
+    ]
+    keys = torch.where(layer < k_depth, fine, coarse)
+    values = torch.where(layer < v_depth, fine, coarse)
+    return torch.stack((keys, values), dim=1).to(torch.uint8)
+
+
+def centers(bins: torch.Tensor) -> torch.Tensor:
+    """`MAX` of each (layer, K|V): the symbol of zero, and the largest |q - MAX|."""
+    return (bins.long() // 2 - 1).to(torch.int32)
+
+
+def quantize(tokens: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symbols int32 `[T, L, 2, C]` and fp16 maxima `[T, L, 2]` of token-major KV.
+
+    Raises `TensorError` when a row holds NaN/Inf or a magnitude fp16 cannot carry.
+    """
+    maxima = tokens.abs().amax(dim=-1).to(torch.float16)
+    low, high = torch.aminmax(maxima)
+    if not bool(torch.isfinite(low) & torch.isfinite(high)):
+        raise TensorError("KV contains NaN/Inf or magnitudes beyond the fp16 range of the maxima")
+    center = centers(bins).to(tokens.device)
+    factor = center / maxima.float().clamp_min(SMALLEST_MAXIMUM)
+    scaled = tokens.float() * factor.unsqueeze(-1)
+    scaled.round_().add_(center.unsqueeze(-1))
+    scaled = torch.minimum(scaled.clamp_(min=0), (2 * center).unsqueeze(-1).float())
+    return scaled.to(torch.int32), maxima
+
+
+def dequantize(symbols: torch.Tensor, maxima: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
+    """float32 `[T, L, 2, C]` from symbols and maxima (inverse of `quantize` up to rounding)."""
+    center = centers(bins).to(symbols.device)
+    step = maxima.float() / center
+    return (symbols - center.unsqueeze(-1)).float() * step.unsqueeze(-1)
+
+
+def check_bins(bins: torch.Tensor, layout: KVLayout) -> None:
+    """Bins fit the layout and the coder: an even count in [MIN_BINS, MAX_BINS] per row."""
+    if tuple(bins.shape) != (layout.num_layers, 2):
+        raise TablesError(f"bins must be [{layout.num_layers}, 2], got {tuple(bins.shape)}")
+    if bool(((bins < MIN_BINS) | (bins > MAX_BINS) | (bins % 2 != 0)).any()):
+        raise TablesError(f"bins must be even and within [{MIN_BINS}, {MAX_BINS}]")
