@@ -135,7 +135,12 @@ class _EndpointMixin:
             self._transmit_task = self._loop.call_soon(self.transmit)
 
     async def drain(self) -> None:
-        """Wait until the connection's unsent backlog is under `max_send_backlog`."""
+        """Wait until the connection's unsent backlog is under `max_send_backlog`.
+
+        Always yields to the loop at least once, so that a producer that never has to wait
+        still lets transmissions and ACK processing interleave with its writes.
+        """
+        await asyncio.sleep(0)
         while True:
             # Both stacks set `_close_event` as soon as either side closes; writing on is futile.
             if self._terminated or self._quic._close_event is not None:
@@ -291,6 +296,9 @@ class MoqtConnection:
         """Close the session (and its QUIC connection) with a MoQT session error code."""
         self.session.close(error_code, reason)
         self.endpoint.transmit()
+        # The session reports SessionClosed only for closes it did not ask for.
+        if not self.closed.done():
+            self._dispatch(SessionClosed(error_code, reason, by_peer=False))
 
     async def wait_closed(self) -> None:
         await self.endpoint.wait_closed()
@@ -387,11 +395,17 @@ class MoqtServer:
 
     def __init__(self, quic_server: Any, connections: set[MoqtConnection]) -> None:
         self._quic_server = quic_server
-        self.connections = connections
+        self._connections = connections
+
+    @property
+    def connections(self) -> set[MoqtConnection]:
+        """The sessions still open (closed ones are forgotten as soon as they close)."""
+        self._connections.difference_update([c for c in self._connections if c.closed.done()])
+        return set(self._connections)
 
     def goaway(self, new_session_uri: str = "") -> None:
         """Ask every client to move (draft-14 §GOAWAY); they close when they are done."""
-        for connection in list(self.connections):
+        for connection in self.connections:
             connection.session.goaway(new_session_uri.encode())
             connection.transmit()
 
@@ -403,7 +417,7 @@ class MoqtServer:
             _, pending = await asyncio.wait(waiting, timeout=grace)
             for future in pending:
                 future.cancel()
-        for connection in list(self.connections):
+        for connection in self.connections:
             connection.close(SessionErrorCode.GOAWAY_TIMEOUT, "server shutting down")
         self.close()
 
@@ -425,7 +439,6 @@ async def serve(
 
     def track(connection: MoqtConnection) -> MoqtEventHandler:
         connections.add(connection)
-        connection.closed.add_done_callback(lambda _: connections.discard(connection))
         return on_session(connection)
 
     quic_server = await start_server(

@@ -1,0 +1,745 @@
+"""The application API: publish tracks and push objects; subscribe, fetch and read objects.
+
+The session answers nothing by itself and the transport only moves events, so this is where
+a publisher's tracks meet its subscribers:
+
+* `Publisher` holds a process's tracks (each a `PublishedTrack` with a bounded `TrackCache`),
+  shared by all its sessions. `await track.write(...)` caches an object and sends it to every
+  live subscription, then waits until every subscriber's connection has room (backpressure).
+  SUBSCRIBE, FETCH and TRACK_STATUS from any peer are answered from these tracks.
+* `Session` is one MoQT session as the application sees it: `subscribe`, `fetch` and
+  `track_status` return once the peer answered; objects arrive through async iterators.
+
+Draft-14 semantics kept as the draft says: SUBSCRIBE delivers only objects written after it
+(from its start location on; use FETCH for what the publisher already holds); one subgroup
+stream per group (a KV chunk), FIN when the next group starts or the group is declared ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sidecar.moqt import events as ev
+from sidecar.moqt import transport
+from sidecar.moqt.errors import (
+    FetchErrorCode,
+    PublishDoneStatus,
+    PublishErrorCode,
+    SubscribeErrorCode,
+    UsageError,
+)
+from sidecar.moqt.messages import (
+    UNKNOWN_STREAM_COUNT,
+    FilterType,
+    JoiningFetch,
+    StandaloneFetch,
+    Subscribe,
+    SubscriptionFilter,
+)
+from sidecar.moqt.model import FullTrackName, Location, ObjectStatus, TrackCache, TrackObject
+from sidecar.moqt.quic_backend import MiB, QuicSettings
+
+DEFAULT_TRACK_CACHE = 256 * MiB
+DEFAULT_RECEIVE_BUFFER = 256 * MiB
+REQUEST_TIMEOUT = 10.0
+
+
+class MoqtApiError(Exception):
+    """Base of the errors this API raises to applications."""
+
+
+class RequestRefused(MoqtApiError):
+    """The peer answered a request with *_ERROR."""
+
+    def __init__(self, request: str, code: int, reason: str) -> None:
+        super().__init__(f"{request} refused: {reason or 'no reason'} (code {code:#x})")
+        self.request = request
+        self.code = code
+        self.reason = reason
+
+
+class SessionGone(MoqtApiError, ConnectionError):
+    """The session closed while a request or a stream of objects was still open."""
+
+
+class ReceiveOverflow(MoqtApiError):
+    """The application read objects slower than they came and the buffer bound was reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class Object:
+    """One object as the application reads it."""
+
+    group_id: int
+    object_id: int
+    payload: bytes
+    extensions: bytes = b""
+    status: ObjectStatus = ObjectStatus.NORMAL
+
+    @property
+    def location(self) -> Location:
+        return Location(self.group_id, self.object_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackStatus:
+    """TRACK_STATUS_OK: the newest object the publisher has (None: nothing yet)."""
+
+    largest: Location | None
+
+
+# Publishing -----------------------------------------------------------------------------
+
+
+class Publisher:
+    """The tracks one process publishes, looked up by every session that serves them."""
+
+    def __init__(self) -> None:
+        self._tracks: dict[FullTrackName, PublishedTrack] = {}
+
+    def track(
+        self,
+        namespace: tuple[bytes, ...],
+        name: bytes,
+        *,
+        cache_bytes: int = DEFAULT_TRACK_CACHE,
+        extensions: bool = False,
+    ) -> PublishedTrack:
+        """The track `namespace`/`name`, created on first use."""
+        full = FullTrackName(namespace, name)
+        track = self._tracks.get(full)
+        if track is None:
+            track = self._tracks[full] = PublishedTrack(full, cache_bytes, extensions)
+        return track
+
+    def get(self, name: FullTrackName) -> PublishedTrack | None:
+        return self._tracks.get(name)
+
+    @property
+    def namespaces(self) -> set[tuple[bytes, ...]]:
+        return {name.namespace for name in self._tracks}
+
+
+class PublishedTrack:
+    """A track this process produces: its cached objects and its live subscriptions."""
+
+    def __init__(self, name: FullTrackName, cache_bytes: int, extensions: bool) -> None:
+        self.name = name
+        self.cache = TrackCache(cache_bytes)
+        self.extensions = extensions
+        self.ended = False
+        self._deliveries: set[_Delivery] = set()
+
+    @property
+    def largest(self) -> Location | None:
+        return self.cache.largest
+
+    async def write(
+        self,
+        group_id: int,
+        object_id: int,
+        payload: bytes,
+        *,
+        extensions: bytes = b"",
+        end_of_group: bool = False,
+    ) -> None:
+        """Cache one object, send it to every live subscription, then wait for room.
+
+        Locations must increase: within a group by object id, and a new group above the last.
+        `end_of_group` closes the group's streams (the next object must be in a later group).
+        """
+        if self.ended:
+            raise UsageError(f"track {self.name} has ended")
+        location = Location(group_id, object_id)
+        if self.largest is not None and location <= self.largest:
+            raise UsageError(f"{location} is not after the largest object {self.largest}")
+        if extensions and not self.extensions:
+            raise UsageError("this track was created without extensions")
+        self.cache.add(group_id, TrackObject(object_id, payload, extensions=extensions))
+        if end_of_group:
+            self.cache.mark_complete(group_id)
+        for delivery in list(self._deliveries):
+            delivery.send(group_id, object_id, payload, extensions, end_of_group)
+        await self._drain()
+
+    async def end(self) -> None:
+        """End the track: every subscription gets PUBLISH_DONE (TRACK_ENDED)."""
+        self.ended = True
+        for delivery in list(self._deliveries):
+            delivery.finish(PublishDoneStatus.TRACK_ENDED, "track ended")
+        await self._drain()
+
+    async def _drain(self) -> None:
+        # One slow subscriber holds the producer back: the bound is per connection, and a
+        # KV cache that one decoder cannot take in time is better recomputed than dropped.
+        connections = {d.session.connection for d in self._deliveries}
+        if not connections:
+            await asyncio.sleep(0)  # a producer with no audience still lets the loop run
+        for connection in connections:
+            try:
+                await connection.drain()
+            except ConnectionError:
+                for delivery in [d for d in self._deliveries if d.session.connection is connection]:
+                    delivery.drop()
+
+    def _attach(self, delivery: _Delivery) -> None:
+        self._deliveries.add(delivery)
+
+    def _detach(self, delivery: _Delivery) -> None:
+        self._deliveries.discard(delivery)
+
+
+class _Delivery:
+    """One peer's subscription to one of our tracks: a filter and the current group's stream."""
+
+    def __init__(
+        self,
+        session: Session,
+        track: PublishedTrack,
+        request_id: int,
+        start: Location,
+        end_group: int | None,
+    ) -> None:
+        self.session = session
+        self.track = track
+        self.request_id = request_id
+        self.start = start
+        self.end_group = end_group
+        self._stream: int | None = None
+        self._group: int | None = None
+
+    def send(
+        self, group_id: int, object_id: int, payload: bytes, extensions: bytes, end: bool
+    ) -> None:
+        if Location(group_id, object_id) < self.start:
+            return
+        if self.end_group is not None and group_id > self.end_group:
+            self.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "range delivered")
+            return
+        moqt = self.session.connection.session
+        if moqt.closed:  # closed locally; SessionClosed will follow
+            self.drop()
+            return
+        if self._group != group_id:
+            self._end_stream()
+            self._stream = moqt.open_subgroup(
+                self.request_id, group_id, extensions=self.track.extensions
+            )
+            self._group = group_id
+        assert self._stream is not None
+        moqt.send_object(self._stream, object_id, payload, extensions=extensions, end_stream=end)
+        if end:
+            self._stream = None
+            if group_id == self.end_group:
+                self.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "range delivered")
+        self.session.connection.transmit()
+
+    def finish(self, status: PublishDoneStatus, reason: str) -> None:
+        """FIN the open stream and send PUBLISH_DONE."""
+        self._end_stream()
+        self.session.connection.session.publish_done(self.request_id, status, reason)
+        self.session.connection.transmit()
+        self.drop()
+
+    def drop(self) -> None:
+        self.track._detach(self)
+        self.session._deliveries.pop(self.request_id, None)
+
+    def cancel(self) -> None:
+        """The subscriber left (UNSUBSCRIBE): reset the stream in flight, send nothing more."""
+        if self._stream is not None:
+            self.session.connection.session.reset_stream(self._stream)
+            self._stream = None
+        self.drop()
+
+    def _end_stream(self) -> None:
+        if self._stream is not None:
+            self.session.connection.session.end_stream(self._stream)
+            self._stream = None
+
+
+def _subscription_window(
+    message: Subscribe, largest: Location | None
+) -> tuple[Location, int | None]:
+    """Where a SUBSCRIBE starts (only new objects) and its last group (None: open-ended)."""
+    after = Location(0, 0) if largest is None else Location(largest.group, largest.object + 1)
+    filt = message.filter
+    if filt.filter_type == FilterType.NEXT_GROUP_START:
+        return (Location(0, 0) if largest is None else Location(largest.group + 1, 0)), None
+    if filt.filter_type == FilterType.LARGEST_OBJECT:
+        return after, None
+    assert filt.start is not None
+    return max(filt.start, after), filt.end_group
+
+
+# Receiving ------------------------------------------------------------------------------
+
+
+class _ObjectQueue:
+    """Objects of one subscription or fetch, waiting for the application; bounded in bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._objects: deque[Object] = deque()
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._wakeup = asyncio.Event()
+        self._error: BaseException | None = None
+        self._ended = False
+
+    def put(self, obj: Object) -> bool:
+        """Queue an object; False (and the queue fails) when the bound is exceeded."""
+        self._bytes += len(obj.payload)
+        if self._bytes > self._max_bytes:
+            self.fail(ReceiveOverflow(f"more than {self._max_bytes} bytes unread"))
+            return False
+        self._objects.append(obj)
+        self._wakeup.set()
+        return True
+
+    def end(self) -> None:
+        self._ended = True
+        self._wakeup.set()
+
+    def fail(self, error: BaseException) -> None:
+        if self._error is None and not self._ended:
+            self._error = error
+            self._objects.clear()
+        self._wakeup.set()
+
+    @property
+    def finished(self) -> bool:
+        return self._ended or self._error is not None
+
+    def __aiter__(self) -> AsyncIterator[Object]:
+        return self
+
+    async def __anext__(self) -> Object:
+        while not self._objects:
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        obj = self._objects.popleft()
+        self._bytes -= len(obj.payload)
+        return obj
+
+
+class Subscription(_ObjectQueue):
+    """A SUBSCRIBE the peer accepted: iterate to read objects; ends after PUBLISH_DONE.
+
+    The iteration ends once PUBLISH_DONE came and as many data streams as it counts have
+    ended, so objects on streams that overtake nothing are never cut off.
+    """
+
+    def __init__(self, session: Session, request_id: int, track: FullTrackName) -> None:
+        super().__init__(session.receive_buffer)
+        self.session = session
+        self.request_id = request_id
+        self.track = track
+        self.largest: Location | None = None
+        self.done_status: int | None = None
+        self._streams_open: set[int] = set()
+        self._streams_ended = 0
+        self._expected_streams: int | None = None
+
+    async def unsubscribe(self) -> None:
+        """Stop the subscription; objects already queued can still be read."""
+        if not self.finished:
+            self.session._subscriptions.pop(self.request_id, None)
+            self.session.connection.session.unsubscribe(self.request_id)
+            self.session.connection.transmit()
+            self.end()
+
+    def _object(self, event: ev.ObjectReceived) -> None:
+        if event.stream_id is not None and event.stream_id not in self._streams_open:
+            self._streams_open.add(event.stream_id)
+        self.put(_object_of(event))
+
+    def _stream_over(self, stream_id: int) -> None:
+        self._streams_open.discard(stream_id)
+        self._streams_ended += 1
+        self._maybe_end()
+
+    def _publish_done(self, event: ev.SubscriptionEnded) -> None:
+        self.done_status = event.message.status_code
+        count = event.message.stream_count
+        self._expected_streams = None if count == UNKNOWN_STREAM_COUNT else count
+        self._maybe_end()
+
+    def _maybe_end(self) -> None:
+        if self.done_status is None or self._streams_open:
+            return
+        if self._expected_streams is None or self._streams_ended >= self._expected_streams:
+            self.session._subscriptions.pop(self.request_id, None)
+            self.end()
+
+
+class FetchStream(_ObjectQueue):
+    """A FETCH the peer accepted: iterate to read the objects; ends with the fetch stream."""
+
+    def __init__(self, session: Session, request_id: int) -> None:
+        super().__init__(session.receive_buffer)
+        self.session = session
+        self.request_id = request_id
+        self.end_location: Location | None = None
+
+    async def cancel(self) -> None:
+        if not self.finished:
+            self.session._fetches.pop(self.request_id, None)
+            self.session.connection.session.fetch_cancel(self.request_id)
+            self.session.connection.transmit()
+            self.end()
+
+
+def _object_of(event: ev.ObjectReceived) -> Object:
+    return Object(event.group_id, event.object_id, event.payload, event.extensions, event.status)
+
+
+# The session ----------------------------------------------------------------------------
+
+
+class Session:
+    """One MoQT session for an application: requests it makes, and tracks it serves."""
+
+    def __init__(
+        self,
+        connection: transport.MoqtConnection,
+        publisher: Publisher | None = None,
+        *,
+        receive_buffer: int = DEFAULT_RECEIVE_BUFFER,
+    ) -> None:
+        self.connection = connection
+        self.publisher = publisher or Publisher()
+        self.receive_buffer = receive_buffer
+        self._replies: dict[int, asyncio.Future[Any]] = {}
+        self._subscriptions: dict[int, Subscription] = {}
+        self._fetches: dict[int, FetchStream] = {}
+        self._deliveries: dict[int, _Delivery] = {}
+        self._fetch_tasks: dict[int, asyncio.Task[None]] = {}
+
+    # Requests ---------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        track: FullTrackName,
+        *,
+        start: Location | None = None,
+        end_group: int | None = None,
+    ) -> Subscription:
+        """Subscribe from the next object (default), from `start`, or for start..end_group."""
+        if start is None:
+            if end_group is not None:
+                raise UsageError("a range subscription needs a start")
+            filt = SubscriptionFilter()
+        elif end_group is None:
+            filt = SubscriptionFilter(FilterType.ABSOLUTE_START, start)
+        else:
+            filt = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, start, end_group)
+        request_id = self.connection.session.subscribe(track, filter=filt)
+        subscription = self._subscriptions[request_id] = Subscription(self, request_id, track)
+        reply = await self._await_reply(request_id, "SUBSCRIBE", self._subscriptions)
+        subscription.largest = reply.largest
+        return subscription
+
+    async def fetch(
+        self,
+        track: FullTrackName,
+        start: Location,
+        end_group: int,
+        end_object: int | None = None,
+    ) -> FetchStream:
+        """Fetch what the publisher holds from `start` to (end_group, end_object) inclusive."""
+        target = StandaloneFetch(track, start, end_group, end_object)
+        request_id = self.connection.session.fetch(target)
+        fetch = self._fetches[request_id] = FetchStream(self, request_id)
+        reply = await self._await_reply(request_id, "FETCH", self._fetches)
+        fetch.end_location = reply.end
+        return fetch
+
+    async def track_status(self, track: FullTrackName) -> TrackStatus:
+        request_id = self.connection.session.track_status(track)
+        reply = await self._await_reply(request_id, "TRACK_STATUS")
+        return TrackStatus(reply.largest)
+
+    async def publish_namespace(self, namespace: tuple[bytes, ...]) -> None:
+        """Announce a namespace (to a relay), so subscribers are routed to this session."""
+        request_id = self.connection.session.publish_namespace(namespace)
+        await self._await_reply(request_id, "PUBLISH_NAMESPACE")
+
+    async def _await_reply(
+        self, request_id: int, request: str, registry: dict[int, Any] | None = None
+    ) -> Any:
+        future = self._replies[request_id] = asyncio.get_running_loop().create_future()
+        self.connection.transmit()
+        try:
+            return await asyncio.wait_for(future, REQUEST_TIMEOUT)
+        except BaseException:
+            if registry is not None:
+                registry.pop(request_id, None)
+            raise
+        finally:
+            self._replies.pop(request_id, None)
+
+    # Events -----------------------------------------------------------------------------
+
+    def handle(self, event: ev.MoqtEvent) -> None:
+        """The transport's event callback for this session."""
+        handler = self._HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _on_object(self, event: ev.ObjectReceived) -> None:
+        if event.source is ev.ObjectSource.FETCH:
+            fetch = self._fetches.get(event.request_id)
+            if fetch is not None and not fetch.put(_object_of(event)):
+                self._fetches.pop(event.request_id, None)
+                self.connection.session.fetch_cancel(event.request_id)
+            return
+        subscription = self._subscriptions.get(event.request_id)
+        if subscription is not None:
+            subscription._object(event)
+            if subscription.finished:  # overflowed
+                self._subscriptions.pop(event.request_id, None)
+                self.connection.session.unsubscribe(event.request_id)
+
+    def _on_stream_over(self, event: ev.DataStreamEnded | ev.DataStreamReset) -> None:
+        fetch = self._fetches.get(event.request_id)
+        if fetch is not None:
+            self._fetches.pop(event.request_id)
+            if isinstance(event, ev.DataStreamReset):
+                fetch.fail(SessionGone(f"fetch stream reset (code {event.error_code:#x})"))
+            else:
+                fetch.end()
+            return
+        subscription = self._subscriptions.get(event.request_id)
+        if subscription is not None:
+            subscription._stream_over(event.stream_id)
+
+    def _on_subscription_ended(self, event: ev.SubscriptionEnded) -> None:
+        subscription = self._subscriptions.get(event.request_id)
+        if subscription is not None:
+            subscription._publish_done(event)
+
+    def _on_accepted(self, event: ev.RequestAccepted) -> None:
+        future = self._replies.get(event.request_id)
+        if future is not None and not future.done():
+            future.set_result(event.message)
+
+    def _on_rejected(self, event: ev.RequestRejected) -> None:
+        future = self._replies.get(event.request_id)
+        if future is not None and not future.done():
+            name = type(event.message).__name__.removesuffix("Error")
+            future.set_exception(
+                RequestRefused(name, event.message.error_code, event.message.reason)
+            )
+        self._subscriptions.pop(event.request_id, None)
+        self._fetches.pop(event.request_id, None)
+
+    def _on_closed(self, event: ev.SessionClosed) -> None:
+        gone = SessionGone(f"session closed: {event.reason or 'no reason'} ({event.error_code:#x})")
+        for future in self._replies.values():
+            if not future.done():
+                future.set_exception(gone)
+        for queue in [*self._subscriptions.values(), *self._fetches.values()]:
+            queue.fail(gone)
+        self._subscriptions.clear()
+        self._fetches.clear()
+        for delivery in list(self._deliveries.values()):
+            delivery.drop()
+        for task in self._fetch_tasks.values():
+            task.cancel()
+
+    # Serving our tracks -----------------------------------------------------------------
+
+    def _on_subscribe(self, event: ev.SubscribeRequested) -> None:
+        message = event.message
+        moqt = self.connection.session
+        track = self.publisher.get(message.track)
+        if track is None:
+            moqt.reject(
+                message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+            )
+        else:
+            start, end_group = _subscription_window(message, track.largest)
+            moqt.subscribe_ok(message.request_id, largest=track.largest)
+            delivery = _Delivery(self, track, message.request_id, start, end_group)
+            self._deliveries[message.request_id] = delivery
+            past_range = end_group is not None and track.largest and end_group < track.largest.group
+            if track.ended or past_range:
+                delivery.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "nothing left to deliver")
+            else:
+                track._attach(delivery)
+        self.connection.transmit()
+
+    def _on_subscribe_updated(self, event: ev.SubscribeUpdated) -> None:
+        delivery = self._deliveries.get(event.message.subscription_request_id)
+        if delivery is not None:  # an update only narrows
+            delivery.start = max(delivery.start, event.message.start)
+            delivery.end_group = event.message.end_group
+
+    def _on_unsubscribed(self, event: ev.Unsubscribed) -> None:
+        delivery = self._deliveries.get(event.request_id)
+        if delivery is not None:
+            delivery.cancel()
+            self.connection.transmit()
+
+    def _on_track_status(self, event: ev.TrackStatusRequested) -> None:
+        message = event.message
+        track = self.publisher.get(message.track)
+        if track is None:
+            self.connection.session.reject(
+                message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+            )
+        else:
+            self.connection.session.track_status_ok(message.request_id, largest=track.largest)
+        self.connection.transmit()
+
+    def _on_fetch(self, event: ev.FetchRequested) -> None:
+        message = event.message
+        moqt = self.connection.session
+        track = self.publisher.get(event.track)
+        if track is None:
+            moqt.reject(message.request_id, FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track")
+        else:
+            window = self._fetch_window(message.target, track)
+            objects = [] if window is None else list(track.cache.objects(*window))
+            if not objects:
+                moqt.reject(message.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
+            else:
+                group_id, last = objects[-1]
+                end = Location(group_id, last.object_id)
+                moqt.fetch_ok(
+                    message.request_id, end, end_of_track=track.ended and end == track.largest
+                )
+                task = asyncio.ensure_future(self._serve_fetch(message.request_id, objects))
+                self._fetch_tasks[message.request_id] = task
+                task.add_done_callback(lambda _: self._fetch_tasks.pop(message.request_id, None))
+        self.connection.transmit()
+
+    def _fetch_window(
+        self, target: StandaloneFetch | JoiningFetch, track: PublishedTrack
+    ) -> tuple[Location, Location] | None:
+        if isinstance(target, StandaloneFetch):
+            end_object = target.end_object
+            return target.start, Location(
+                target.end_group, end_object if end_object is not None else 1 << 62
+            )
+        joined = self._deliveries.get(target.joining_request_id)
+        if joined is None or joined.start == Location(0, 0):
+            return None
+        first = (
+            joined.start.group - target.joining_start
+            if not target.absolute
+            else target.joining_start
+        )
+        return Location(max(first, 0), 0), Location(joined.start.group, joined.start.object - 1)
+
+    async def _serve_fetch(self, request_id: int, objects: list[tuple[int, TrackObject]]) -> None:
+        moqt = self.connection.session
+        stream = moqt.open_fetch_stream(request_id)
+        try:
+            for group_id, obj in objects:
+                moqt.send_fetch_object(
+                    stream,
+                    group_id,
+                    obj.subgroup_id,
+                    obj.object_id,
+                    obj.payload,
+                    status=obj.status,
+                    extensions=obj.extensions,
+                )
+                self.connection.transmit()
+                await self.connection.drain()
+            moqt.end_stream(stream)
+            self.connection.transmit()
+        except ConnectionError:
+            pass  # the session is gone; nothing left to tell
+
+    def _on_fetch_cancelled(self, event: ev.FetchCancelled) -> None:
+        task = self._fetch_tasks.pop(event.request_id, None)
+        if task is not None:
+            task.cancel()
+
+    def _on_publish_offered(self, event: ev.PublishRequested) -> None:
+        # This endpoint subscribes explicitly; tracks pushed at it are declined.
+        self.connection.session.reject(
+            event.message.request_id, PublishErrorCode.NOT_SUPPORTED, "PUBLISH not accepted"
+        )
+        self.connection.transmit()
+
+    def _on_namespace_published(self, event: ev.NamespacePublished) -> None:
+        self.connection.session.publish_namespace_ok(event.message.request_id)
+        self.connection.transmit()
+
+    def _on_namespace_subscribe(self, event: ev.NamespaceSubscribeRequested) -> None:
+        # moq-rs subscribes to every namespace right after setup; accepting costs nothing.
+        self.connection.session.subscribe_namespace_ok(event.message.request_id)
+        self.connection.transmit()
+
+    _HANDLERS: ClassVar[dict[type, Callable[[Session, Any], None]]] = {
+        ev.ObjectReceived: _on_object,
+        ev.DataStreamEnded: _on_stream_over,
+        ev.DataStreamReset: _on_stream_over,
+        ev.SubscriptionEnded: _on_subscription_ended,
+        ev.RequestAccepted: _on_accepted,
+        ev.RequestRejected: _on_rejected,
+        ev.SessionClosed: _on_closed,
+        ev.SubscribeRequested: _on_subscribe,
+        ev.SubscribeUpdated: _on_subscribe_updated,
+        ev.Unsubscribed: _on_unsubscribed,
+        ev.TrackStatusRequested: _on_track_status,
+        ev.FetchRequested: _on_fetch,
+        ev.FetchCancelled: _on_fetch_cancelled,
+        ev.PublishRequested: _on_publish_offered,
+        ev.NamespacePublished: _on_namespace_published,
+        ev.NamespaceSubscribeRequested: _on_namespace_subscribe,
+    }
+
+
+# Entry points ---------------------------------------------------------------------------
+
+
+def _sessions(
+    publisher: Publisher | None, on_session: Callable[[Session], None] | None
+) -> transport.OnSession:
+    def create(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
+        session = Session(connection, publisher)
+        if on_session is not None:
+            on_session(session)
+        return session.handle
+
+    return create
+
+
+@asynccontextmanager
+async def connect(
+    url: str, settings: QuicSettings, *, publisher: Publisher | None = None
+) -> AsyncIterator[Session]:
+    """A session to a MoQT server or relay at `url` (moqt://host:port/path)."""
+    sessions: list[Session] = []
+    async with transport.connect(url, settings, _sessions(publisher, sessions.append)):
+        yield sessions[0]
+
+
+async def serve(
+    host: str,
+    port: int,
+    settings: QuicSettings,
+    *,
+    cert: Path,
+    key: Path,
+    publisher: Publisher | None = None,
+    on_session: Callable[[Session], None] | None = None,
+) -> transport.MoqtServer:
+    """Accept sessions that may subscribe to and fetch from `publisher`'s tracks."""
+    return await transport.serve(
+        host, port, settings, _sessions(publisher, on_session), cert=cert, key=key
+    )

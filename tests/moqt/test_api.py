@@ -1,0 +1,299 @@
+"""The application API end to end: a publisher and a subscriber over real QUIC on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from sidecar.moqt import api, transport
+from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode, UsageError
+from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.quic_backend import BACKENDS, QuicSettings
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+
+HOST = "127.0.0.1"
+NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2-135m", b"0123abcd")
+TRACK = FullTrackName(NAMESPACE, b"int8")
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("cert"))
+
+
+@pytest.fixture
+def settings(cert: CertificatePaths) -> QuicSettings:
+    return QuicSettings.loopback(ca_file=cert.cert)
+
+
+def run(main: Callable[[], Awaitable[None]], timeout: float = 60) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(main(), timeout)
+
+    transport.run(bounded())
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def payload(group: int, obj: int, size: int = 100) -> bytes:
+    seed = hashlib.sha256(f"{group}/{obj}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+@asynccontextmanager
+async def publisher_server(
+    settings: QuicSettings, cert: CertificatePaths, publisher: api.Publisher
+) -> AsyncIterator[tuple[str, list[api.Session]]]:
+    sessions: list[api.Session] = []
+    port = free_udp_port()
+    server = await api.serve(
+        HOST,
+        port,
+        settings,
+        cert=cert.cert,
+        key=cert.key,
+        publisher=publisher,
+        on_session=sessions.append,
+    )
+    try:
+        yield f"moqt://localhost:{port}/kv", sessions
+    finally:
+        server.close()
+
+
+async def write_groups(
+    track: api.PublishedTrack, groups: range, objects: int, size: int = 100
+) -> None:
+    for group in groups:
+        for obj in range(objects):
+            await track.write(
+                group, obj, payload(group, obj, size), end_of_group=obj == objects - 1
+            )
+
+
+async def read_all(objects: AsyncIterator[api.Object]) -> list[api.Object]:
+    return [obj async for obj in objects]
+
+
+def assert_objects(
+    received: list[api.Object], expected: list[tuple[int, int]], size: int = 100
+) -> None:
+    assert [o.location for o in received] == [Location(g, o) for g, o in expected]
+    for obj in received:
+        assert obj.payload == payload(obj.group_id, obj.object_id, size)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_live_subscription_round_trip(backend: str, cert: CertificatePaths) -> None:
+    settings = QuicSettings.loopback(backend=backend, ca_file=cert.cert)  # type: ignore[arg-type]
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            subscription = await session.subscribe(TRACK)
+            assert subscription.largest is None
+            reader = asyncio.ensure_future(read_all(subscription))
+            await write_groups(track, range(3), 5)
+            await track.end()
+            received = await reader
+            assert_objects(received, [(g, o) for g in range(3) for o in range(5)])
+            assert subscription.done_status == PublishDoneStatus.TRACK_ENDED
+
+    run(main)
+
+
+def test_subscribe_from_a_start_location_gets_only_new_objects_from_there(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+
+    async def main() -> None:
+        await write_groups(track, range(3), 5)
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            subscription = await session.subscribe(TRACK, start=Location(4, 2))
+            assert subscription.largest == Location(2, 4)
+            reader = asyncio.ensure_future(read_all(subscription))
+            await write_groups(track, range(3, 7), 5)
+            await track.end()
+            expected = [(4, o) for o in range(2, 5)] + [(g, o) for g in (5, 6) for o in range(5)]
+            assert_objects(await reader, expected)
+
+    run(main)
+
+
+def test_range_subscription_ends_after_its_last_group(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            subscription = await session.subscribe(TRACK, start=Location(1, 2), end_group=2)
+            reader = asyncio.ensure_future(read_all(subscription))
+            await write_groups(track, range(5), 4)
+            expected = [(1, 2), (1, 3)] + [(2, o) for o in range(4)]
+            assert_objects(await reader, expected)
+            assert subscription.done_status == PublishDoneStatus.SUBSCRIPTION_ENDED
+            assert not track.ended
+
+    run(main)
+
+
+def test_fetch_past_objects_and_refusals(settings: QuicSettings, cert: CertificatePaths) -> None:
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+
+    async def main() -> None:
+        await write_groups(track, range(4), 6)
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            whole = await session.fetch(TRACK, Location(1, 4), end_group=2)
+            assert whole.end_location == Location(2, 5)
+            expected = [(1, 4), (1, 5)] + [(2, o) for o in range(6)]
+            assert_objects(await read_all(whole), expected)
+
+            part = await session.fetch(TRACK, Location(0, 0), end_group=3, end_object=1)
+            expected = [(g, o) for g in range(3) for o in range(6)] + [(3, 0), (3, 1)]
+            assert_objects(await read_all(part), expected)
+
+            with pytest.raises(api.RequestRefused) as missing:
+                await session.fetch(FullTrackName(NAMESPACE, b"fp4"), Location(0, 0), 1)
+            assert missing.value.code == FetchErrorCode.TRACK_DOES_NOT_EXIST
+            with pytest.raises(api.RequestRefused) as beyond:
+                await session.fetch(TRACK, Location(10, 0), 12)
+            assert beyond.value.code == FetchErrorCode.NO_OBJECTS
+
+    run(main)
+
+
+def test_track_status_and_unknown_track(settings: QuicSettings, cert: CertificatePaths) -> None:
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+    publisher.track(NAMESPACE, b"fp16")
+
+    async def main() -> None:
+        await write_groups(track, range(2), 3)
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            assert (await session.track_status(TRACK)).largest == Location(1, 2)
+            empty = await session.track_status(FullTrackName(NAMESPACE, b"fp16"))
+            assert empty.largest is None
+            unknown = FullTrackName(NAMESPACE, b"nope")
+            with pytest.raises(api.RequestRefused) as refused:
+                await session.subscribe(unknown)
+            assert refused.value.code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+            with pytest.raises(api.RequestRefused):
+                await session.track_status(unknown)
+
+    run(main)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_many_objects_and_large_objects(backend: str, cert: CertificatePaths) -> None:
+    settings = QuicSettings.loopback(backend=backend, ca_file=cert.cert)  # type: ignore[arg-type]
+    publisher = api.Publisher()
+    small = publisher.track(NAMESPACE, b"int4")
+    large = publisher.track(NAMESPACE, b"fp16")
+    rng = random.Random(7)
+    sizes = {(g, o): rng.randrange(0, 3000) for g in range(20) for o in range(100)}
+    big = [rng.randbytes(1_500_000 + i) for i in range(4)]
+
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            small_sub = await session.subscribe(FullTrackName(NAMESPACE, b"int4"))
+            large_sub = await session.subscribe(FullTrackName(NAMESPACE, b"fp16"))
+            readers = asyncio.gather(read_all(small_sub), read_all(large_sub))
+            for (group, obj), size in sizes.items():
+                await small.write(group, obj, payload(group, obj, size))
+            for group, data in enumerate(big):
+                await large.write(group, 0, data, end_of_group=True)
+            await small.end()
+            await large.end()
+            got_small, got_large = await readers
+            assert [o.location for o in got_small] == [Location(g, o) for g, o in sizes]
+            for obj in got_small:
+                assert obj.payload == payload(
+                    obj.group_id, obj.object_id, sizes[obj.location.group, obj.location.object]
+                )
+            assert [o.payload for o in got_large] == big
+
+            fetched = await session.fetch(FullTrackName(NAMESPACE, b"fp16"), Location(1, 0), 3)
+            assert [o.payload for o in await read_all(fetched)] == big[1:]
+
+    run(main, timeout=240)
+
+
+def test_subscriber_that_goes_away_does_not_stall_the_publisher(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+
+    async def main() -> None:
+        async with publisher_server(settings, cert, publisher) as (url, sessions):
+            async with api.connect(url, settings) as leaving:
+                subscription = await leaving.subscribe(TRACK)
+                await write_groups(track, range(2), 3)
+                first = await anext(subscription)
+                assert first.location == Location(0, 0)
+            # The subscriber's connection is closed; its queue reports that, not a hang.
+            with pytest.raises(api.SessionGone):
+                await read_all(subscription)
+            await asyncio.wait_for(sessions[0].connection.closed, 10)
+            await write_groups(track, range(2, 50), 3, size=60_000)
+            assert track.largest == Location(49, 2)
+
+            async with api.connect(url, settings) as staying:
+                subscription = await staying.subscribe(TRACK)
+                await subscription.unsubscribe()
+                await write_groups(track, range(50, 52), 3)
+                # Nothing is delivered after an unsubscribe, and the publisher is unaffected.
+                assert await read_all(subscription) == []
+                assert (await staying.track_status(TRACK)).largest == Location(51, 2)
+
+    run(main)
+
+
+def test_publisher_rejects_writes_out_of_order() -> None:
+    async def main() -> None:
+        track = api.Publisher().track(NAMESPACE, b"int8")
+        await track.write(3, 1, b"x")
+        for group, obj in ((3, 1), (3, 0), (2, 9)):
+            with pytest.raises(UsageError):
+                await track.write(group, obj, b"y")
+        with pytest.raises(UsageError):
+            await track.write(4, 0, b"y", extensions=b"\x00\x00")
+        await track.end()
+        with pytest.raises(UsageError):
+            await track.write(5, 0, b"z")
+
+    run(main)
