@@ -748,8 +748,9 @@ class MoqtSession:
                 self._on_control_message(message)
         except NeedMoreData:
             pass
-        finally:
-            del buffer[:consumed]
+        # Not in a ``finally``: a propagating error's traceback still holds views of the
+        # buffer, so it cannot be resized then, and a failed session needs no compaction.
+        del buffer[:consumed]
         if end_stream:
             raise ProtocolError("control stream closed")
 

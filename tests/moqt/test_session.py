@@ -429,6 +429,11 @@ def _expect_close(pair: SessionPair, code: SessionErrorCode, side: str = "server
 
 VIOLATIONS: list[tuple[str, bytes, SessionErrorCode]] = [
     ("unknown message type", _frame(0x3F, b""), SessionErrorCode.PROTOCOL_VIOLATION),
+    (
+        "unknown type after a valid request",
+        _control(m.Subscribe(0, TRACK)) + _frame(0x3F, b""),
+        SessionErrorCode.PROTOCOL_VIOLATION,
+    ),
     ("length mismatch", _frame(0x0A, b"\x00\x00"), SessionErrorCode.PROTOCOL_VIOLATION),
     (
         "second CLIENT_SETUP",
