@@ -187,6 +187,12 @@ _ERROR_FOR: dict[type[ControlMessage], type[ControlMessage]] = {
 _ERROR_OF_REQUEST = {request: error for error, request in _ERROR_FOR.items()}
 
 
+def _pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request_id: int) -> None:
+    """Forget ``key`` only if it still belongs to ``request_id`` (not to a later request)."""
+    if table.get(key) == request_id:
+        del table[key]
+
+
 def _stream_is_unidirectional(stream_id: int) -> bool:
     return bool(stream_id & 0x2)
 
@@ -366,7 +372,6 @@ class MoqtSession:
         track.unsubscribed = True
         if track.done_at is None:
             track.done_at = self._now
-        self._outbound.pop(request_id, None)
         self._send(Unsubscribe(request_id))
 
     def fetch(
@@ -392,7 +397,6 @@ class MoqtSession:
         if request_id not in self._fetches:
             raise UsageError(f"no fetch {request_id}")
         self._fetches.discard(request_id)
-        self._outbound.pop(request_id, None)
         for stream_id, state in list(self._in_streams.items()):
             if state.request_id == request_id:
                 self._drop_in_stream(stream_id)
@@ -455,7 +459,6 @@ class MoqtSession:
         request_id = self._namespace_subscriptions.pop(prefix, None)
         if request_id is None:
             raise UsageError(f"no namespace subscription {prefix!r}")
-        self._outbound.pop(request_id, None)
         self._send(UnsubscribeNamespace(prefix))
 
     def goaway(self, new_session_uri: bytes = b"") -> None:
@@ -904,7 +907,7 @@ class MoqtSession:
         self._events.append(ev.RequestAccepted(message.request_id, message))
         if isinstance(message, SubscribeOk):
             track = self._remote_tracks.get(message.request_id)
-            if track is not None and not track.unsubscribed:
+            if track is not None:  # even if unsubscribed: its streams are then dropped at once
                 self._bind_alias(track, message.track_alias)
 
     def _on_error(self, message: Any) -> None:
@@ -917,9 +920,9 @@ class MoqtSession:
         elif isinstance(request, Fetch):
             self._fetches.discard(request_id)
         elif isinstance(request, PublishNamespace):
-            self._announced.pop(request.namespace, None)
+            _pop_if(self._announced, request.namespace, request_id)
         elif isinstance(request, SubscribeNamespace):
-            self._namespace_subscriptions.pop(request.namespace, None)
+            _pop_if(self._namespace_subscriptions, request.namespace, request_id)
         self._events.append(ev.RequestRejected(request_id, message))
 
     def _on_publish_done(self, message: PublishDone) -> None:
@@ -1064,7 +1067,6 @@ class MoqtSession:
         header = state.parser.header
         if isinstance(header, FetchHeader):
             self._fetches.discard(state.request_id)
-            self._outbound.pop(state.request_id, None)
             self._events.append(
                 ev.DataStreamEnded(stream_id, state.request_id, ev.ObjectSource.FETCH)
             )
@@ -1095,6 +1097,9 @@ class MoqtSession:
                 and isinstance(header, SubgroupHeader)
                 and header.track_alias == alias
             ):
+                if track.unsubscribed:
+                    self._drop_in_stream(stream_id)
+                    continue
                 state.request_id = track.request_id
                 pending = state.pending
                 self._release_pending(state)

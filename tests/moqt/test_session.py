@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.moqt import events as ev
 from sidecar.moqt import messages as m
-from sidecar.moqt.data import FetchHeader, ObjectBody, SubgroupHeader, SubgroupObject
+from sidecar.moqt.data import FetchHeader, FetchObject, ObjectBody, SubgroupHeader, SubgroupObject
 from sidecar.moqt.errors import (
     FetchErrorCode,
     PublishDoneStatus,
@@ -610,3 +610,46 @@ def test_moq_rs_session_replayed(stack: str) -> None:
     ]
     assert _one(events, ev.DataStreamEnded).end_of_group
     assert not _of(events, ev.SessionClosed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Races between a request's reply and our own withdrawal of it: none is a violation.
+
+
+def test_unsubscribe_before_subscribe_ok_arrives(pair: SessionPair) -> None:
+    client, server = pair.sessions()
+    request_id = client.subscribe(TRACK)
+    pair.pump()
+    server.subscribe_ok(request_id)
+    stream = server.open_subgroup(request_id, 0)
+    server.send_object(stream, 0, b"late", end_stream=True)
+    client.unsubscribe(request_id)  # crosses the SUBSCRIBE_OK and the stream
+    pair.pump()
+    events = pair.take("client")
+    assert not _of(events, ev.SessionClosed) and not _of(events, ev.ObjectReceived)
+    assert _one(pair.take("server"), ev.Unsubscribed).request_id == request_id
+
+
+def test_fetch_cancel_before_fetch_ok_arrives(pair: SessionPair) -> None:
+    client, server = pair.sessions()
+    request_id = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))
+    pair.pump()
+    server.fetch_ok(request_id, Location(0, 0))
+    client.fetch_cancel(request_id)
+    pair.pump()
+    assert not _of(pair.take("client"), ev.SessionClosed)
+    assert _one(pair.take("server"), ev.FetchCancelled).request_id == request_id
+
+
+def test_fetch_stream_may_end_before_fetch_ok(stack: str) -> None:
+    pair, client = _raw_server(stack)
+    request_id = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))
+    pair.pump()
+    stream_id = pair.server_quic.get_next_available_stream_id(is_unidirectional=True)
+    data = FetchHeader(request_id).encode() + FetchObject(0, 0, 0, body=ObjectBody(b"f")).encode()
+    pair.server_quic.send_stream_data(stream_id, data, end_stream=True)
+    pair.pump()
+    pair.server_quic.send_stream_data(0, m.FetchOk(request_id, Location(0, 0)).encode())
+    pair.pump()
+    events = pair.take("client")
+    assert [type(e) for e in events] == [ev.ObjectReceived, ev.DataStreamEnded, ev.RequestAccepted]
