@@ -45,7 +45,7 @@ from .naming import (
 
 FORMAT_VERSION = 1
 MAX_CATALOG_BYTES = 16 << 20
-MAX_TABLES_BYTES = 8 << 20
+MAX_TABLES_BYTES = 4 << 20
 """Per track; the catalog as a whole stays under MAX_CATALOG_BYTES."""
 MAX_CHUNK_BYTES = 1 << 40
 """Bounds a declared chunk size: it feeds the adaptation arithmetic, never an allocation."""
