@@ -68,6 +68,8 @@ PROGRAMS: dict[tuple[str, str], Program] = {
     ),
     ("aiomoqt", "pub"): Program(AIOMOQT_PYTHON, _peer_script("aiomoqt_pub.py")),
     ("aiomoqt", "sub"): Program(AIOMOQT_PYTHON, _peer_script("aiomoqt_sub.py")),
+    ("moqrs", "fetch"): Program(Path(sys.executable), _peer_script("moqrs_fetch.py")),
+    ("aiomoqt", "fetch"): Program(AIOMOQT_PYTHON, _peer_script("aiomoqt_fetch.py")),
 }
 """Every runnable peer. Another implementation (e.g. kvmoq's own relay) registers here."""
 

@@ -1,0 +1,69 @@
+"""A track to move through a relay, and the chain of peers that moves it.
+
+The relay owner's tests reuse these with kvmoq's own peers: register them in
+harness.PROGRAMS and pass their kind to `relay_chain`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tests.interop.conftest import StartPeer
+from tests.interop.harness import Peer, RelayPeer
+from tests.interop.peers.pattern import expected_records
+
+
+@dataclass(frozen=True)
+class TrackSpec:
+    """What a publisher sends and a subscriber expects: N groups of M patterned objects."""
+
+    namespace: str = "kvtest/chain"
+    track: str = "t0"
+    groups: int = 3
+    objects: int = 4
+    sizes: list[int] = field(default_factory=lambda: [17, 3000, 64_000])
+    seed: int = 7
+    timeout: float = 20.0
+    """Seconds each client peer may run before it gives up."""
+
+    def params(self) -> dict[str, object]:
+        """The --flags every publisher, subscriber and fetcher takes."""
+        return {
+            "namespace": self.namespace,
+            "track": self.track,
+            "groups": self.groups,
+            "objects": self.objects,
+            "sizes": self.sizes,
+            "seed": self.seed,
+            "timeout": self.timeout,
+        }
+
+    def expected(self) -> list[dict[str, int | str]]:
+        return expected_records(self.seed, self.groups, self.objects, self.sizes)
+
+
+def received(peer: Peer) -> list[dict[str, object]]:
+    """A subscriber's objects in (group, object) order, whatever order they arrived in."""
+    return sorted(peer.results(), key=lambda r: (int(str(r["group"])), int(str(r["object"]))))
+
+
+def relay_chain(
+    start_peer: StartPeer,
+    pub: str,
+    relay: str,
+    sub: str,
+    spec: TrackSpec,
+    **pub_params: object,
+) -> tuple[RelayPeer, Peer, Peer]:
+    """Start relay, then publisher, then subscriber, each once the previous one is ready.
+
+    Returns (relay, publisher, subscriber) with the subscriber still running: call
+    `expect_success` on it, or `wait_exit` where failure is the expected outcome.
+    """
+    relay_peer = start_peer(relay, "relay")
+    assert isinstance(relay_peer, RelayPeer)
+    relay_peer.wait_ready()
+    publisher = start_peer(pub, "pub", url=relay_peer.url, **spec.params(), **pub_params)
+    publisher.wait_ready()
+    subscriber = start_peer(sub, "sub", url=relay_peer.url, **spec.params())
+    return relay_peer, publisher, subscriber
