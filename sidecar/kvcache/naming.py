@@ -71,20 +71,26 @@ class PromptName:
 
     def namespace(self) -> tuple[bytes, bytes, bytes]:
         """The MoQT namespace tuple of this prompt's tracks."""
-        return (NAMESPACE_ROOT.encode(), self.model.encode(), self.prompt_id.encode())
+        return (*namespace_prefix(self.model), self.prompt_id.encode())
 
     @classmethod
     def from_namespace(cls, fields: Sequence[bytes]) -> PromptName:
         """Parse an announced namespace; `NamingError` for any namespace that is not ours."""
         if len(fields) != 3 or fields[0] != NAMESPACE_ROOT.encode():
             raise NamingError(f"not a {NAMESPACE_ROOT} namespace: {len(fields)} fields")
-        model, prompt_id = fields[1], fields[2]
-        if len(model) > MAX_MODEL_NAME_BYTES or len(prompt_id) != PROMPT_ID_CHARS:
+        model, prompt = fields[1], fields[2]
+        if len(model) > MAX_MODEL_NAME_BYTES or len(prompt) != PROMPT_ID_CHARS:
             raise NamingError("namespace field lengths out of bounds")
         try:
-            return cls(model.decode(), prompt_id.decode("ascii"))
+            return cls(model.decode(), prompt.decode("ascii"))
         except UnicodeDecodeError as exc:
             raise NamingError(f"namespace field is not valid text: {exc.reason}") from None
+
+
+def namespace_prefix(model: str) -> tuple[bytes, bytes]:
+    """What a subscriber passes to SUBSCRIBE_NAMESPACE to hear of every prompt of a model."""
+    check_model_name(model)
+    return (NAMESPACE_ROOT.encode(), model.encode())
 
 
 def check_model_name(model: str) -> None:

@@ -24,6 +24,7 @@ from sidecar.kvcache.naming import (
     check_model_name,
     chunk_count,
     chunk_links,
+    namespace_prefix,
     prompt_id,
 )
 
@@ -136,6 +137,8 @@ def test_model_name_budget_counts_utf8_bytes() -> None:
 def test_model_names_must_be_printable_text(model: object) -> None:
     with pytest.raises(NamingError):
         check_model_name(model)  # type: ignore[arg-type]
+    with pytest.raises(NamingError):
+        namespace_prefix(model)  # type: ignore[arg-type]
 
 
 @given(
@@ -146,6 +149,7 @@ def test_namespace_round_trip(model: str, tokens: list[int]) -> None:
     name = PromptName(model, prompt_id(tokens))
     fields = name.namespace()
     assert fields[0] == NAMESPACE_ROOT.encode() == b"kvcache.moq.arpa/v1"
+    assert fields[:2] == namespace_prefix(model) == (fields[0], model.encode())
     assert PromptName.from_namespace(fields) == name
 
 
