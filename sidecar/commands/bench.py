@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS: dict[str, str] = {}
+BENCHMARKS: dict[str, str] = {
+    "codec": "bench.codec",
+    "transport": "bench.transport",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -135,6 +135,7 @@ class PublishedTrack:
         self.extensions = extensions
         self.ended = False
         self._deliveries: set[_Delivery] = set()
+        self._subscribed = asyncio.Event()
 
     @property
     def largest(self) -> Location | None:
@@ -188,11 +189,23 @@ class PublishedTrack:
                 for delivery in [d for d in self._deliveries if d.session.connection is connection]:
                     delivery.drop()
 
+    @property
+    def subscribers(self) -> int:
+        """Live subscriptions (on all sessions) that receive what `write` sends."""
+        return len(self._deliveries)
+
+    async def wait_subscribed(self) -> None:
+        """Wait until someone subscribes: SUBSCRIBE delivers only objects written after it."""
+        await self._subscribed.wait()
+
     def _attach(self, delivery: _Delivery) -> None:
         self._deliveries.add(delivery)
+        self._subscribed.set()
 
     def _detach(self, delivery: _Delivery) -> None:
         self._deliveries.discard(delivery)
+        if not self._deliveries:
+            self._subscribed.clear()
 
 
 class _Delivery:
@@ -222,10 +235,9 @@ class _Delivery:
         if self.end_group is not None and group_id > self.end_group:
             self.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "range delivered")
             return
-        moqt = self.session.connection.session
-        if moqt.closed:  # closed locally; SessionClosed will follow
-            self.drop()
+        if not self._writable():
             return
+        moqt = self.session.connection.session
         if self._group != group_id:
             self._end_stream()
             self._stream = moqt.open_subgroup(
@@ -242,6 +254,8 @@ class _Delivery:
 
     def finish(self, status: PublishDoneStatus, reason: str) -> None:
         """FIN the open stream and send PUBLISH_DONE."""
+        if not self._writable():
+            return
         self._end_stream()
         self.session.connection.session.publish_done(self.request_id, status, reason)
         self.session.connection.transmit()
@@ -253,10 +267,18 @@ class _Delivery:
 
     def cancel(self) -> None:
         """The subscriber left (UNSUBSCRIBE): reset the stream in flight, send nothing more."""
-        if self._stream is not None:
+        if self._stream is not None and self._writable():
             self.session.connection.session.reset_stream(self._stream)
             self._stream = None
         self.drop()
+
+    def _writable(self) -> bool:
+        """False (and the delivery dropped) once the connection is closing: from then on
+        qh3 raises on writes and aioquic discards them, before the session hears of it."""
+        if self.session.connection.closing:
+            self.drop()
+            return False
+        return True
 
     def _end_stream(self) -> None:
         if self._stream is not None:

@@ -59,6 +59,8 @@ class QuicEndpoint(Protocol):
 
     @property
     def quic(self) -> Any: ...
+    @property
+    def closing(self) -> bool: ...
     def transmit(self) -> None: ...
     def transmit_soon(self) -> None: ...
     async def drain(self) -> None: ...
@@ -125,6 +127,13 @@ class _EndpointMixin:
         return self._terminated
 
     @property
+    def closing(self) -> bool:
+        """Either side closed: writes are futile from here (qh3 even raises on them)."""
+        # Both stacks set `_close_event` on the first CONNECTION_CLOSE, sent or received,
+        # while ConnectionTerminated waits out the draining period.
+        return self._terminated or self._quic._close_event is not None
+
+    @property
     def quic(self) -> Any:
         """The stack's sans-I/O QuicConnection (write into it, then `transmit_soon`)."""
         return self._quic
@@ -142,8 +151,7 @@ class _EndpointMixin:
         """
         await asyncio.sleep(0)
         while True:
-            # Both stacks set `_close_event` as soon as either side closes; writing on is futile.
-            if self._terminated or self._quic._close_event is not None:
+            if self.closing:
                 raise ConnectionError("QUIC connection closed")
             if not self._backlogged():
                 return
@@ -291,6 +299,11 @@ class MoqtConnection:
     async def drain(self) -> None:
         """Wait until the send backlog is under the limit; ConnectionError once closed."""
         await self.endpoint.drain()
+
+    @property
+    def closing(self) -> bool:
+        """Either side closed the connection; nothing more can be sent."""
+        return self.endpoint.closing
 
     def close(self, error_code: int = SessionErrorCode.NO_ERROR, reason: str = "") -> None:
         """Close the session (and its QUIC connection) with a MoQT session error code."""
