@@ -1,4 +1,4 @@
-"""The shape of a model's KV cache, and how a prompt's KV is cut into chunks.
+"""The shape of a model's KV cache, how a prompt's KV is cut into chunks, and paged blocks.
 
 Every codec, the catalog and the transfer layer agree on one tensor convention: the KV of a
 span of tokens is `[num_layers, 2, num_tokens, num_kv_heads, head_dim]` (index 0 = K, 1 = V).
@@ -126,3 +126,54 @@ def iter_chunks(
     """Views of `kv` chunk by chunk (no copies), in the `[L, 2, T, H, D]` convention."""
     for span in chunk_ranges(layout.check(kv), chunk_size):
         yield kv[:, :, span.start : span.stop]
+
+
+MAX_BLOCK_SIZE = 4096
+MAX_BLOCKS = 1 << 20
+
+
+@dataclass(frozen=True)
+class BlockRun:
+    """Tokens `[start, stop)` of a span live in `block_id` from slot `offset` on."""
+
+    block_id: int
+    offset: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class PagedBlocks:
+    """Where a span's tokens live in a vLLM-style paged cache: fixed-size blocks, in order.
+
+    Token `i` of the span sits in block `block_ids[i // block_size]`, slot `i % block_size`;
+    a decoder writes each run of tokens into its block's view instead of one flat tensor.
+    """
+
+    block_size: int
+    block_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _bounded_int(self.block_size, "block_size", MAX_BLOCK_SIZE)
+        if not isinstance(self.block_ids, tuple) or len(self.block_ids) > MAX_BLOCKS:
+            raise LayoutError(f"block_ids must be a tuple of at most {MAX_BLOCKS} ids")
+        for block_id in self.block_ids:
+            if type(block_id) is not int or not 0 <= block_id < 2**31:
+                raise LayoutError(f"block ids must be integers in [0, 2^31), got {block_id!r}")
+
+    @property
+    def capacity(self) -> int:
+        return self.block_size * len(self.block_ids)
+
+    def runs(self, start: int, stop: int) -> list[BlockRun]:
+        """The block runs covering tokens `[start, stop)` of the span, in order."""
+        if not 0 <= start <= stop <= self.capacity:
+            raise LayoutError(f"tokens [{start}, {stop}) exceed {self.capacity} paged slots")
+        runs = []
+        position = start
+        while position < stop:
+            block, offset = divmod(position, self.block_size)
+            end = min(stop, (block + 1) * self.block_size)
+            runs.append(BlockRun(self.block_ids[block], offset, position, end))
+            position = end
+        return runs

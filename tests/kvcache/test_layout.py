@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from sidecar.kvcache.errors import KVCodecError, LayoutError, TensorError
-from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges, iter_chunks
+from sidecar.kvcache.layout import (
+    DEFAULT_CHUNK_SIZE,
+    BlockRun,
+    KVLayout,
+    PagedBlocks,
+    chunk_ranges,
+    iter_chunks,
+)
 
 SMOLLM2 = KVLayout(num_layers=30, num_kv_heads=3, head_dim=64, dtype="float16")
 
@@ -113,3 +120,25 @@ def test_iter_chunks_yields_views() -> None:
     assert [c.shape[2] for c in chunks] == [2, 2, 1]
     assert torch.equal(torch.cat(chunks, dim=2), kv)
     assert chunks[1].data_ptr() == kv[:, :, 2:].data_ptr()
+
+
+def test_paged_blocks_split_a_span_into_block_runs() -> None:
+    blocks = PagedBlocks(block_size=16, block_ids=(7, 3, 9))
+    assert blocks.capacity == 48
+    assert blocks.runs(10, 40) == [
+        BlockRun(block_id=7, offset=10, start=10, stop=16),
+        BlockRun(block_id=3, offset=0, start=16, stop=32),
+        BlockRun(block_id=9, offset=0, start=32, stop=40),
+    ]
+    assert blocks.runs(5, 5) == []
+    with pytest.raises(LayoutError):
+        blocks.runs(0, 49)
+
+
+@pytest.mark.parametrize(
+    ("block_size", "block_ids"),
+    [(0, (1,)), (16, [1, 2]), (16, (-1,)), (16, (2**31,)), (16, (True,)), (10**6, (1,))],
+)
+def test_paged_blocks_reject_bad_descriptions(block_size: int, block_ids: object) -> None:
+    with pytest.raises(LayoutError):
+        PagedBlocks(block_size, block_ids)  # type: ignore[arg-type]
