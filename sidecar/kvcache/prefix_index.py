@@ -22,9 +22,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .catalog import Catalog
+from .errors import KVCodecError
 from .naming import MAX_CHUNKS, PromptName, check_chunk_size, chunk_links
 
 DEFAULT_MAX_LINKS = 1 << 20
+MAX_CHUNK_SIZES_PER_MODEL = 4
+"""A lookup hashes the query once per chunk size in use for the model: one is the norm (it is
+configured per model), a few cover a change of configuration, more is an attack on our CPU."""
+
+
+class ChunkSizeLimitError(KVCodecError):
+    """A prompt would bring one chunk size too many for its model; it is not indexed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +123,11 @@ class PrefixIndex:
         return best
 
     def _add(self, name: PromptName, entry: _Entry) -> None:
+        sizes = self._chunk_sizes.get(name.model, Counter())
+        if entry.chunk_size not in sizes and len(sizes) >= MAX_CHUNK_SIZES_PER_MODEL:
+            raise ChunkSizeLimitError(
+                f"model {name.model!r} already has {len(sizes)} chunk sizes in use"
+            )
         self.remove(name)
         self._entries[name] = entry
         for link in entry.links:

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import MAX_CHUNKS, PromptName, chunk_count, prompt_id
-from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
+from sidecar.kvcache.prefix_index import (
+    MAX_CHUNK_SIZES_PER_MODEL,
+    ChunkSizeLimitError,
+    PrefixIndex,
+    PrefixMatch,
+)
 
 LAYOUT = KVLayout(num_layers=1, num_kv_heads=1, head_dim=2)
 
@@ -115,6 +120,24 @@ def test_the_oldest_prompts_are_evicted_past_the_link_cap() -> None:
     assert index.lookup("m", new) == PrefixMatch(name(new, 1), 1, len(new), len(new))
     with pytest.raises(ValueError):
         PrefixIndex(max_links=MAX_CHUNKS - 1)
+
+
+def test_chunk_sizes_per_model_are_bounded() -> None:
+    index = PrefixIndex()
+    for chunk_size in range(1, MAX_CHUNK_SIZES_PER_MODEL + 1):
+        index.add_catalog(catalog([1, 2], chunk_size))
+    with pytest.raises(ChunkSizeLimitError):
+        index.add_catalog(catalog([1, 2], MAX_CHUNK_SIZES_PER_MODEL + 1))
+    with pytest.raises(ChunkSizeLimitError):
+        index.add_announced(name([5, 6], 9), chunk_size=9)
+    assert index.lookup("m", [5, 6]) is None
+    # The bound is per model, and a chunk size is free again once its last prompt is gone.
+    index.add_catalog(catalog([1, 2], 9, model="other"))
+    index.add_catalog(catalog([3, 4], 1))
+    index.remove(name([1, 2], 1))
+    index.remove(name([3, 4], 1))
+    index.add_announced(name([5, 6], 9), chunk_size=9)
+    assert index.lookup("m", [5, 6]) == PrefixMatch(name([5, 6], 9), 9, 1, 2)
 
 
 def test_an_empty_query_matches_nothing() -> None:
