@@ -274,10 +274,11 @@ class Catalog:
         return data
 
     @classmethod
-    def decode(cls, data: bytes) -> Catalog:
+    def decode(cls, data: bytes | bytearray | memoryview) -> Catalog:
         """Parse a catalog object from the network; `CatalogError` for anything malformed."""
         if len(data) > MAX_CATALOG_BYTES:
             raise CatalogError(f"catalog is {len(data)} bytes, at most {MAX_CATALOG_BYTES}")
+        data = bytes(data)
         if data.count(b",") > _MAX_SEPARATORS:
             raise CatalogError("catalog holds more items than any valid catalog")
         try:

@@ -52,6 +52,7 @@ def test_catalog_vector() -> None:
     catalog = vector_catalog()
     assert catalog.encode() == VECTOR_BYTES
     assert Catalog.decode(VECTOR_BYTES) == catalog
+    assert Catalog.decode(memoryview(bytearray(VECTOR_BYTES))) == catalog
     assert catalog.name == PromptName("demo/model", prompt_id([1, 2, 3, 4, 5], 4))
     assert catalog.ready_chunks == 1 and not catalog.complete
     assert catalog.chunk_bytes(0) == {"ac": 4, "int8": 8}
