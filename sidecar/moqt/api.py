@@ -467,7 +467,7 @@ class Session:
             filt = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, start, end_group)
         request_id = self.connection.session.subscribe(track, filter=filt)
         subscription = self._subscriptions[request_id] = Subscription(self, request_id, track)
-        reply = await self._await_reply(request_id, "SUBSCRIBE", self._subscriptions)
+        reply = await self._await_reply(request_id, self._subscriptions)
         subscription.largest = reply.largest
         return subscription
 
@@ -482,23 +482,22 @@ class Session:
         target = StandaloneFetch(track, start, end_group, end_object)
         request_id = self.connection.session.fetch(target)
         fetch = self._fetches[request_id] = FetchStream(self, request_id)
-        reply = await self._await_reply(request_id, "FETCH", self._fetches)
+        reply = await self._await_reply(request_id, self._fetches)
         fetch.end_location = reply.end
         return fetch
 
     async def track_status(self, track: FullTrackName) -> TrackStatus:
         request_id = self.connection.session.track_status(track)
-        reply = await self._await_reply(request_id, "TRACK_STATUS")
+        reply = await self._await_reply(request_id)
         return TrackStatus(reply.largest)
 
     async def publish_namespace(self, namespace: tuple[bytes, ...]) -> None:
         """Announce a namespace (to a relay), so subscribers are routed to this session."""
         request_id = self.connection.session.publish_namespace(namespace)
-        await self._await_reply(request_id, "PUBLISH_NAMESPACE")
+        await self._await_reply(request_id)
 
-    async def _await_reply(
-        self, request_id: int, request: str, registry: dict[int, Any] | None = None
-    ) -> Any:
+    async def _await_reply(self, request_id: int, registry: dict[int, Any] | None = None) -> Any:
+        """The peer's *_OK message; RequestRefused on *_ERROR, SessionGone if it closes."""
         future = self._replies[request_id] = asyncio.get_running_loop().create_future()
         self.connection.transmit()
         try:
@@ -730,10 +729,12 @@ class Session:
 
 
 def _sessions(
-    publisher: Publisher | None, on_session: Callable[[Session], None] | None
+    publisher: Publisher | None,
+    on_session: Callable[[Session], None] | None,
+    receive_buffer: int,
 ) -> transport.OnSession:
     def create(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
-        session = Session(connection, publisher)
+        session = Session(connection, publisher, receive_buffer=receive_buffer)
         if on_session is not None:
             on_session(session)
         return session.handle
@@ -743,11 +744,20 @@ def _sessions(
 
 @asynccontextmanager
 async def connect(
-    url: str, settings: QuicSettings, *, publisher: Publisher | None = None
+    url: str,
+    settings: QuicSettings,
+    *,
+    publisher: Publisher | None = None,
+    receive_buffer: int = DEFAULT_RECEIVE_BUFFER,
 ) -> AsyncIterator[Session]:
-    """A session to a MoQT server or relay at `url` (moqt://host:port/path)."""
+    """A session to a MoQT server or relay at `url` (moqt://host:port/path).
+
+    `publisher`'s tracks are served to the peer; `receive_buffer` bounds the unread bytes of
+    each subscription and fetch.
+    """
     sessions: list[Session] = []
-    async with transport.connect(url, settings, _sessions(publisher, sessions.append)):
+    on_session = _sessions(publisher, sessions.append, receive_buffer)
+    async with transport.connect(url, settings, on_session):
         yield sessions[0]
 
 
@@ -760,8 +770,8 @@ async def serve(
     key: Path,
     publisher: Publisher | None = None,
     on_session: Callable[[Session], None] | None = None,
+    receive_buffer: int = DEFAULT_RECEIVE_BUFFER,
 ) -> transport.MoqtServer:
     """Accept sessions that may subscribe to and fetch from `publisher`'s tracks."""
-    return await transport.serve(
-        host, port, settings, _sessions(publisher, on_session), cert=cert, key=key
-    )
+    sessions = _sessions(publisher, on_session, receive_buffer)
+    return await transport.serve(host, port, settings, sessions, cert=cert, key=key)

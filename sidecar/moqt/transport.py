@@ -64,7 +64,6 @@ class QuicEndpoint(Protocol):
     def transmit(self) -> None: ...
     def transmit_soon(self) -> None: ...
     async def drain(self) -> None: ...
-    def close_with(self, error_code: int, reason: str) -> None: ...
     async def wait_closed(self) -> None: ...
     @property
     def closed(self) -> bool: ...
@@ -159,11 +158,6 @@ class _EndpointMixin:
                 self._drain_waiter = self._loop.create_future()
             await asyncio.shield(self._drain_waiter)
 
-    def close_with(self, error_code: int, reason: str) -> None:
-        """Close with an application error code (CONNECTION_CLOSE 0x1d)."""
-        self._quic.close(error_code=error_code, reason_phrase=reason)
-        self.transmit()
-
     def _backlogged(self) -> bool:
         return self._backend.send_backlog(self._quic) > self._settings.max_send_backlog
 
@@ -182,7 +176,7 @@ def _protocol_class(backend: QuicBackend) -> type:
     return type(
         f"{backend.name.capitalize()}Endpoint",
         (_EndpointMixin, backend.QuicConnectionProtocol),
-        {"__doc__": f"A tuned {backend.name} connection (see quic_endpoint)."},
+        {"__doc__": f"A tuned {backend.name} connection (see sidecar.moqt.transport)."},
     )
 
 

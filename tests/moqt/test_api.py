@@ -297,3 +297,37 @@ def test_publisher_rejects_writes_out_of_order() -> None:
             await track.write(5, 0, b"z")
 
     run(main)
+
+
+def test_subscriber_that_does_not_read_overflows_instead_of_growing(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    publisher = api.Publisher()
+    track = publisher.track(NAMESPACE, b"int8")
+
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings, receive_buffer=200_000) as session,
+        ):
+            subscription = await session.subscribe(TRACK)
+            await write_groups(track, range(4), 2, size=60_000)
+            with pytest.raises(api.ReceiveOverflow):
+                await read_all(subscription)
+            # The subscriber unsubscribed; the publisher stops sending to it.
+            await write_groups(track, range(4, 6), 2)
+            assert (await session.track_status(TRACK)).largest == Location(5, 1)
+            assert track.subscribers == 0
+
+    run(main)
+
+
+def test_namespace_announcement_is_accepted(settings: QuicSettings, cert: CertificatePaths) -> None:
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, api.Publisher()) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            await session.publish_namespace(NAMESPACE)
+
+    run(main)
