@@ -1,16 +1,18 @@
 """CacheGen as it ships (LMCache's serde), measured honestly, as the `ac` codec's baseline.
 
 The same quantizer as `ac` (CacheGen's level bins, per-token maxima), but CacheGen's model:
-one histogram per (K|V, layer, channel) over the tokens of each 256-token chunk, turned into
-a 16-bit CDF of 33 entries exactly as its `calculate_cdf` kernel does, shipped with that chunk
-and used to entropy code the chunk's symbols. Sizes count what CacheGen ships: coded symbols,
-the CDF tables (33 x 16 bits per (K|V, layer, channel) and chunk) and the fp16 maxima; the
-per-stream length table it also ships is left out, which flatters the baseline slightly.
-The symbols really go through the coder and back, so the KV returned is a true round trip.
+one histogram per (K|V, layer, channel) over the tokens of each chunk (LMCache's default
+chunk is 256 tokens), turned into a 16-bit CDF of 33 entries exactly as its `calculate_cdf`
+kernel does, shipped with that chunk and used to entropy code the chunk's symbols. A chunk
+really is serialised (header, fp16 maxima, the CDF as u16, the ANS words) and parsed back,
+so the sizes are bytes on the wire and the KV is a true round trip. CacheGen's per-stream
+length table (int32 per (K|V, layer, channel)) is left out, which flatters the baseline.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import constriction
@@ -19,12 +21,76 @@ import torch
 
 from sidecar.kvcache.codecs.base import token_major, write_layer_major
 from sidecar.kvcache.codecs.binning import DEFAULT_LEVEL, dequantize, level_bins, quantize
-from sidecar.kvcache.layout import KVLayout, chunk_ranges
+from sidecar.kvcache.layout import KVLayout, iter_chunks
 
 CHUNK_TOKENS = 256
 CDF_ENTRIES = 33
-CDF_ENTRY_BYTES = 2
 CDF_PRECISION = 16
+_HEADER = struct.Struct("<II")
+
+
+def cachegen_cdf(counts: torch.Tensor) -> torch.Tensor:
+    """CacheGen's integer CDF `[..., 33]` from symbol counts `[..., 32]` (strictly increasing)."""
+    entries = counts.shape[-1] + 1
+    cumulative = torch.cumsum(counts.double(), dim=-1) / counts.sum(-1, keepdim=True)
+    cdf = torch.cat((torch.zeros_like(cumulative[..., :1]), cumulative), dim=-1)
+    scaled = (cdf * (2**CDF_PRECISION - (entries - 1))).round().long()
+    return scaled + torch.arange(entries)
+
+
+def _models(cdf: np.ndarray) -> list[constriction.stream.model.Categorical]:
+    frequencies = np.diff(cdf, axis=-1).astype(np.float64)
+    return [constriction.stream.model.Categorical(row, perfect=False) for row in frequencies]
+
+
+def encode_chunk(kv: torch.Tensor, layout: KVLayout, level: int = DEFAULT_LEVEL) -> bytes:
+    """One CacheGen chunk: `T u32 | words u32 | maxima f16 [T,L,2] | CDF u16 [2L*C,33] | words`."""
+    num_tokens = layout.check(kv)
+    symbols, maxima = quantize(token_major(kv, layout), level_bins(layout.num_layers, level))
+    channel_major = symbols.view(num_tokens, -1).t().contiguous()
+    counts = torch.zeros(channel_major.shape[0], CDF_ENTRIES - 1)
+    counts.scatter_add_(1, channel_major.long(), torch.ones(channel_major.shape))
+    cdf = cachegen_cdf(counts).numpy()
+    coder = constriction.stream.stack.AnsCoder()
+    for row, model in zip(reversed(channel_major.numpy()), reversed(_models(cdf)), strict=True):
+        coder.encode_reverse(row, model)
+    words = coder.get_compressed().astype("<u4")
+    return b"".join(
+        (
+            _HEADER.pack(num_tokens, len(words)),
+            maxima.view(torch.uint8).numpy().tobytes(),
+            (cdf & 0xFFFF).astype("<u2").tobytes(),
+            words.tobytes(),
+        )
+    )
+
+
+def decode_chunk(blob: bytes, layout: KVLayout, level: int = DEFAULT_LEVEL) -> torch.Tensor:
+    """Inverse of `encode_chunk`: float32 KV `[L, 2, T, H, D]`."""
+    num_tokens, _ = _HEADER.unpack_from(blob)
+    rows = layout.num_layers * 2 * layout.channels
+    maxima_end = _HEADER.size + 2 * num_tokens * layout.num_layers * 2
+    cdf_end = maxima_end + 2 * rows * CDF_ENTRIES
+    maxima = torch.frombuffer(bytearray(blob[_HEADER.size : maxima_end]), dtype=torch.float16)
+    cdf = np.frombuffer(blob[maxima_end:cdf_end], dtype="<u2").reshape(rows, CDF_ENTRIES)
+    cdf = cdf.astype(np.int64)
+    cdf[:, -1] = 1 << CDF_PRECISION  # 2^16 wraps to 0 in 16 bits; it always ends the CDF
+    decoder = constriction.stream.stack.AnsCoder(
+        np.frombuffer(blob[cdf_end:], dtype="<u4").astype(np.uint32)
+    )
+    channel_major = np.stack([decoder.decode(model, num_tokens) for model in _models(cdf)])
+    symbols = (
+        torch.from_numpy(channel_major)
+        .t()
+        .reshape(num_tokens, layout.num_layers, 2, layout.channels)
+    )
+    values = dequantize(
+        symbols,
+        maxima.view(num_tokens, layout.num_layers, 2),
+        level_bins(layout.num_layers, level),
+    )
+    out = torch.empty(layout.shape(num_tokens), dtype=torch.float32)
+    return write_layer_major(values, layout, out)
 
 
 @dataclass(frozen=True)
@@ -39,49 +105,45 @@ class CacheGenResult:
         return self.symbol_bytes + self.table_bytes + self.maxima_bytes
 
 
-def cachegen_cdf(counts: torch.Tensor) -> torch.Tensor:
-    """CacheGen's integer CDF `[..., 33]` from symbol counts `[..., 32]` (strictly increasing)."""
-    entries = counts.shape[-1] + 1
-    cumulative = torch.cumsum(counts.double(), dim=-1) / counts.sum(-1, keepdim=True)
-    cdf = torch.cat((torch.zeros_like(cumulative[..., :1]), cumulative), dim=-1)
-    scaled = (cdf * (2**CDF_PRECISION - (entries - 1))).round().long()
-    return scaled + torch.arange(entries)
-
-
 def cachegen_roundtrip(
     kv: torch.Tensor, level: int = DEFAULT_LEVEL, chunk_tokens: int = CHUNK_TOKENS
 ) -> CacheGenResult:
     """CacheGen's compression of `kv` `[L, 2, T, H, D]`: round-tripped KV and bytes shipped."""
-    layers, _, num_tokens, heads, head_dim = kv.shape
+    layers, _, _, heads, head_dim = kv.shape
     layout = KVLayout(layers, heads, head_dim, dtype="float32")
-    bins = level_bins(layers, level)
-    symbols, maxima = quantize(token_major(kv, layout), bins)
-    flat = symbols.view(num_tokens, -1)
-    decoded = torch.empty_like(flat)
-    symbol_bytes = 0
-    for span in chunk_ranges(num_tokens, chunk_tokens):
-        channel_major = flat[span.start : span.stop].t().contiguous()
-        counts = torch.zeros(channel_major.shape[0], CDF_ENTRIES - 1)
-        counts.scatter_add_(1, channel_major.long(), torch.ones(channel_major.shape))
-        frequencies = torch.diff(cachegen_cdf(counts), dim=-1).double().numpy()
-        models = [constriction.stream.model.Categorical(row, perfect=False) for row in frequencies]
-        rows = channel_major.numpy()
-        coder = constriction.stream.stack.AnsCoder()
-        for row, model in zip(reversed(rows), reversed(models), strict=True):
-            coder.encode_reverse(row, model)
-        words = coder.get_compressed()
-        symbol_bytes += 4 * len(words)
-        decoder = constriction.stream.stack.AnsCoder(words)
-        restored = np.stack([decoder.decode(model, len(span)) for model in models])
-        decoded[span.start : span.stop] = torch.from_numpy(restored).t()
-    if not torch.equal(decoded, flat):
-        raise RuntimeError("the entropy coder did not round-trip CacheGen's symbols")
-    values = dequantize(decoded.view(symbols.shape), maxima, bins)
-    restored_kv = write_layer_major(values, layout, torch.empty(kv.shape, dtype=torch.float32))
-    chunks = len(chunk_ranges(num_tokens, chunk_tokens))
+    blobs = [encode_chunk(chunk, layout, level) for chunk in iter_chunks(kv, layout, chunk_tokens)]
+    restored = torch.cat([decode_chunk(blob, layout, level) for blob in blobs], dim=2)
+    table_bytes = len(blobs) * layers * 2 * layout.channels * CDF_ENTRIES * 2
+    maxima_bytes = kv.shape[2] * layers * 2 * 2
+    total = sum(len(blob) for blob in blobs)
     return CacheGenResult(
-        kv=restored_kv,
-        symbol_bytes=symbol_bytes,
-        table_bytes=chunks * layers * 2 * heads * head_dim * CDF_ENTRIES * CDF_ENTRY_BYTES,
-        maxima_bytes=2 * num_tokens * layers * 2,
+        kv=restored,
+        symbol_bytes=total - table_bytes - maxima_bytes - _HEADER.size * len(blobs),
+        table_bytes=table_bytes,
+        maxima_bytes=maxima_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class BaselineCompression:
+    """The shape bench/codec.py measures: per-prompt tables (none), chunk <-> byte strings.
+
+    Each chunk handed to `encode` is one CacheGen chunk with its own CDF, so call it with
+    256-token chunks to measure CacheGen's default.
+    """
+
+    name: str
+    fit: Callable[[torch.Tensor], None]
+    encode: Callable[[torch.Tensor, bytes | None], list[bytes]]
+    decode: Callable[[list[bytes], bytes | None], torch.Tensor]
+
+
+def compression(layout: KVLayout, level: int = DEFAULT_LEVEL) -> BaselineCompression:
+    return BaselineCompression(
+        name="cachegen",
+        fit=lambda sample: None,
+        encode=lambda chunk, tables: [encode_chunk(chunk, layout, level)],
+        decode=lambda blobs, tables: torch.cat(
+            [decode_chunk(blob, layout, level) for blob in blobs], dim=2
+        ),
     )
