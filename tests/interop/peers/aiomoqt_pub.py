@@ -1,7 +1,8 @@
 """aiomoqt publisher: announces the namespace (or PUBLISHes the track) and serves patterned groups.
 
 Every SUBSCRIBE that reaches the publisher gets its own run of all groups from group 0, sent
-live after its SUBSCRIBE_OK, on one stream per group. Not one shared run started by the first
+live after its SUBSCRIBE_OK, on one stream per group, --interval seconds apart (see
+peer_io.publisher_parser for why). Not one shared run started by the first
 SUBSCRIBE: moq-rs, as a relay, probes a track with SUBSCRIBE + UNSUBSCRIBE before it
 subscribes for real, and a shared run would spend every object on the probe.
 """
@@ -16,7 +17,7 @@ from aiomoqt.delivery import SubgroupDelivery
 from aiomoqt.track import PublishedTrack
 from aiomoqt_session import draft14_client, open_session
 from pattern import object_payload, object_size
-from peer_io import client_parser, emit
+from peer_io import emit, publisher_parser
 
 
 class PatternTrack(PublishedTrack):
@@ -37,6 +38,8 @@ class PatternTrack(PublishedTrack):
         args = self.args
         delivery = SubgroupDelivery(session, track_alias, priority=self.priority)
         for group in range(args.groups):
+            if group:
+                await asyncio.sleep(args.interval)
             for obj in range(args.objects):
                 if not self._subscribed(session, track_alias):
                     delivery.abort()
@@ -63,7 +66,7 @@ async def publish(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = client_parser(__doc__ or "")
+    parser = publisher_parser(__doc__ or "")
     parser.add_argument(
         "--mode",
         choices=["announce", "publish"],

@@ -16,7 +16,7 @@ import os
 import moq
 from moqrs_log import watch_versions
 from pattern import object_payload, object_size
-from peer_io import client_parser, emit
+from peer_io import emit, publisher_parser
 
 _KEEP_US = 3_600_000_000
 
@@ -44,9 +44,7 @@ async def publish(args) -> None:
 
 
 def main() -> None:
-    parser = client_parser(__doc__ or "")
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between groups")
-    args = parser.parse_args()
+    args = publisher_parser(__doc__ or "").parse_args()
     watch_versions(lambda version: emit("session", version=version))
     asyncio.run(publish(args))
 

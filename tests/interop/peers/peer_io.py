@@ -56,6 +56,19 @@ def client_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def publisher_parser(description: str) -> argparse.ArgumentParser:
+    """Client arguments plus the pause between groups.
+
+    moq-rs, serving a draft-14 subscriber (as relay or as publisher), starts at the newest
+    group and skips every group superseded before it got to it; groups written in a burst
+    are lost. A pause per group lets it keep up. It is a pacing choice, not a timing
+    assertion: nothing measures it.
+    """
+    parser = client_parser(description)
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between groups")
+    return parser
+
+
 def relay_parser(description: str) -> argparse.ArgumentParser:
     """Arguments of a relay peer: where to listen and with which certificate."""
     parser = argparse.ArgumentParser(description=description)
