@@ -26,7 +26,8 @@ name, so aioquic and qh3 both work without importing either here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -187,6 +188,16 @@ _ERROR_FOR: dict[type[ControlMessage], type[ControlMessage]] = {
 _ERROR_OF_REQUEST = {request: error for error, request in _ERROR_FOR.items()}
 
 
+@contextmanager
+def _caller_errors() -> Iterator[None]:
+    """Bad arguments found while encoding (``ValueError`` from the wire layer) are the
+    caller's mistake: report them as ``UsageError``, with nothing written."""
+    try:
+        yield
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request_id: int) -> None:
     """Forget ``key`` only if it still belongs to ``request_id`` (not to a later request)."""
     if table.get(key) == request_id:
@@ -331,12 +342,19 @@ class MoqtSession:
     ) -> int:
         if any(t.track == track and t.done_at is None for t in self._remote_tracks.values()):
             raise UsageError(f"already subscribed to {track}")
-        request_id = self._new_request_id()
-        message = Subscribe(
-            request_id, track, subscriber_priority, group_order, forward, filter, parameters
+        request_id = self._request(
+            Subscribe(
+                self._next_id(),
+                track,
+                subscriber_priority,
+                group_order,
+                forward,
+                filter,
+                parameters,
+            )
         )
         self._remote_tracks[request_id] = _RemoteTrack(request_id, track)
-        return self._request(message)
+        return request_id
 
     def subscribe_update(
         self,
@@ -350,19 +368,16 @@ class MoqtSession:
     ) -> int:
         if subscription_request_id not in self._remote_tracks:
             raise UsageError(f"no subscription {subscription_request_id}")
-        request_id = self._new_request_id()
-        self._send(
-            SubscribeUpdate(
-                request_id,
-                subscription_request_id,
-                start,
-                end_group,
-                subscriber_priority,
-                forward,
-                parameters,
-            )
+        update = SubscribeUpdate(
+            self._next_id(),
+            subscription_request_id,
+            start,
+            end_group,
+            subscriber_priority,
+            forward,
+            parameters,
         )
-        return request_id
+        return self._request(update, expects_reply=False)
 
     def unsubscribe(self, request_id: int) -> None:
         """End our subscription (or one the peer made with PUBLISH); late objects are dropped."""
@@ -387,11 +402,11 @@ class MoqtSession:
             and target.joining_request_id not in self._remote_tracks
         ):
             raise UsageError(f"no subscription {target.joining_request_id} to join")
-        request_id = self._new_request_id()
-        self._fetches.add(request_id)
-        return self._request(
-            Fetch(request_id, target, subscriber_priority, group_order, parameters)
+        request_id = self._request(
+            Fetch(self._next_id(), target, subscriber_priority, group_order, parameters)
         )
+        self._fetches.add(request_id)
+        return request_id
 
     def fetch_cancel(self, request_id: int) -> None:
         if request_id not in self._fetches:
@@ -413,11 +428,12 @@ class MoqtSession:
     ) -> int:
         """Offer a track to the peer; objects may be sent right away with the returned id."""
         self._check_not_publishing(track)
-        request_id = self._new_request_id()
         alias = self._allocate_alias()
+        request_id = self._request(
+            Publish(self._next_id(), track, alias, group_order, largest, forward, parameters)
+        )
         self._local_tracks[request_id] = _LocalTrack(request_id, track, alias)
-        message = Publish(request_id, track, alias, group_order, largest, forward, parameters)
-        return self._request(message)
+        return request_id
 
     def track_status(
         self,
@@ -426,20 +442,18 @@ class MoqtSession:
         filter: SubscriptionFilter = _ANY_FILTER,
         parameters: Parameters = _NO_PARAMETERS,
     ) -> int:
-        request_id = self._new_request_id()
-        message = TrackStatus(
-            request_id, track, 128, GroupOrder.ASCENDING, True, filter, parameters
+        return self._request(
+            TrackStatus(self._next_id(), track, 128, GroupOrder.ASCENDING, True, filter, parameters)
         )
-        return self._request(message)
 
     def publish_namespace(
         self, namespace: tuple[bytes, ...], parameters: Parameters = _NO_PARAMETERS
     ) -> int:
         if namespace in self._announced:
             raise UsageError(f"namespace {namespace!r} already published")
-        request_id = self._new_request_id()
+        request_id = self._request(PublishNamespace(self._next_id(), namespace, parameters))
         self._announced[namespace] = request_id
-        return self._request(PublishNamespace(request_id, namespace, parameters))
+        return request_id
 
     def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
         if self._announced.pop(namespace, None) is None:
@@ -451,9 +465,9 @@ class MoqtSession:
     ) -> int:
         if prefix in self._namespace_subscriptions:
             raise UsageError(f"already subscribed to namespace prefix {prefix!r}")
-        request_id = self._new_request_id()
+        request_id = self._request(SubscribeNamespace(self._next_id(), prefix, parameters))
         self._namespace_subscriptions[prefix] = request_id
-        return self._request(SubscribeNamespace(request_id, prefix, parameters))
+        return request_id
 
     def unsubscribe_namespace(self, prefix: tuple[bytes, ...]) -> None:
         request_id = self._namespace_subscriptions.pop(prefix, None)
@@ -482,8 +496,8 @@ class MoqtSession:
         request = self._answerable(request_id, Subscribe)
         self._check_not_publishing(request.track)
         alias = self._allocate_alias()
-        self._local_tracks[request_id] = _LocalTrack(request_id, request.track, alias)
         self._reply(SubscribeOk(request_id, alias, expires, group_order, largest, parameters))
+        self._local_tracks[request_id] = _LocalTrack(request_id, request.track, alias)
         return alias
 
     def publish_ok(
@@ -537,17 +551,16 @@ class MoqtSession:
     def reject(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Refuse any open request of the peer with the *_ERROR message of its family."""
         request = self._answerable(request_id, ControlMessage)
+        self._reply(_ERROR_OF_REQUEST[type(request)](request_id, error_code, reason))
         if isinstance(request, Publish):
             self._forget_remote(self._remote_tracks[request_id])
-        self._reply(_ERROR_OF_REQUEST[type(request)](request_id, error_code, reason))
         self._finish_peer_request(request_id)
 
     def publish_done(self, request_id: int, status_code: int, reason: str = "") -> None:
         """End a track we publish (the peer's subscription, or our PUBLISH)."""
-        track = self._local_tracks.pop(request_id, None)
-        if track is None:
-            raise UsageError(f"no published track {request_id}")
+        track = self._local_track(request_id)
         self._send(PublishDone(request_id, status_code, track.streams_opened, reason))
+        del self._local_tracks[request_id]
         self._finish_peer_request(request_id)
 
     def publish_namespace_cancel(
@@ -586,8 +599,9 @@ class MoqtSession:
         header = SubgroupHeader.for_subgroup(
             track.track_alias, group_id, subgroup_id, publisher_priority, extensions, end_of_group
         )
+        stream_id = self._open_out_stream(request_id, header)
         track.streams_opened += 1
-        return self._open_out_stream(request_id, header)
+        return stream_id
 
     def send_object(
         self,
@@ -601,8 +615,9 @@ class MoqtSession:
     ) -> None:
         """Write one object on a subgroup stream; ids must increase along the stream."""
         stream = self._out_stream(stream_id, SubgroupHeader)
-        body = self._body(payload, status, extensions)
-        data = SubgroupObject(object_id, body).encode(stream.header, stream.previous_id)  # type: ignore[arg-type]
+        with _caller_errors():
+            body = ObjectBody(payload, status, extensions)
+            data = SubgroupObject(object_id, body).encode(stream.header, stream.previous_id)  # type: ignore[arg-type]
         stream.previous_id = object_id
         self._write_stream(stream_id, data, end_stream)
 
@@ -627,8 +642,9 @@ class MoqtSession:
         end_stream: bool = False,
     ) -> None:
         self._out_stream(stream_id, FetchHeader)
-        body = self._body(payload, status, extensions)
-        data = FetchObject(group_id, subgroup_id, object_id, publisher_priority, body).encode()
+        with _caller_errors():
+            body = ObjectBody(payload, status, extensions)
+            data = FetchObject(group_id, subgroup_id, object_id, publisher_priority, body).encode()
         self._write_stream(stream_id, data, end_stream)
 
     def end_stream(self, stream_id: int) -> None:
@@ -657,11 +673,12 @@ class MoqtSession:
     ) -> None:
         """Send a small object as a QUIC datagram (dropped by QUIC if it does not fit)."""
         track = self._local_track(request_id)
-        body = self._body(payload, status, extensions)
-        datagram = ObjectDatagram(
-            track.track_alias, group_id, object_id, publisher_priority, body, end_of_group
-        )
-        self._quic.send_datagram_frame(datagram.encode())
+        with _caller_errors():
+            body = ObjectBody(payload, status, extensions)
+            data = ObjectDatagram(
+                track.track_alias, group_id, object_id, publisher_priority, body, end_of_group
+            ).encode()
+        self._quic.send_datagram_frame(data)
 
     # ----------------------------------------------------------------------------------------
     # QUIC events.
@@ -1136,17 +1153,25 @@ class MoqtSession:
     # Helpers.
 
     def _send(self, message: ControlMessage) -> None:
+        """Encode and queue a control message; raises before anything is written."""
         if self.closed:
             raise UsageError("session is closed")
         assert self._control_stream_id is not None
-        self._quic.send_stream_data(self._control_stream_id, message.encode(), False)
+        with _caller_errors():
+            data = message.encode()
+        self._quic.send_stream_data(self._control_stream_id, data, False)
 
-    def _request(self, message: Any) -> int:
-        self._outbound[message.request_id] = message
+    def _request(self, message: Any, expects_reply: bool = True) -> int:
+        """Send a request numbered by ``_next_id``; the id is spent only once it is sent, so a
+        request refused locally never leaves a gap the peer would see as INVALID_REQUEST_ID."""
         self._send(message)
+        self._next_request_id += 2
+        if expects_reply:
+            self._outbound[message.request_id] = message
         return message.request_id
 
-    def _new_request_id(self) -> int:
+    def _next_id(self) -> int:
+        """The id the next request will take, if the session and the peer's limit allow one."""
         if not self.setup_complete or self.closed:
             raise UsageError("session is not established")
         request_id = self._next_request_id
@@ -1155,7 +1180,6 @@ class MoqtSession:
                 self._blocked_sent_for = self._peer_limit
                 self._send(RequestsBlocked(self._peer_limit))
             raise RequestLimitReached(f"peer allows request ids below {self._peer_limit}")
-        self._next_request_id += 2
         return request_id
 
     def _limit_for(self, requests: int) -> int:
@@ -1186,8 +1210,8 @@ class MoqtSession:
         return request
 
     def _reply(self, message: Any) -> None:
-        self._answered.add(message.request_id)
         self._send(message)
+        self._answered.add(message.request_id)
 
     def _take_reply(
         self, message: Any, table: dict[type[ControlMessage], type[ControlMessage]]
@@ -1222,9 +1246,11 @@ class MoqtSession:
     def _open_out_stream(self, request_id: int, header: SubgroupHeader | FetchHeader) -> int:
         if self.closed:
             raise UsageError("session is closed")
+        with _caller_errors():
+            data = header.encode()
         stream_id = self._quic.get_next_available_stream_id(True)
+        self._quic.send_stream_data(stream_id, data, False)
         self._out_streams[stream_id] = _OutStream(request_id, header)
-        self._quic.send_stream_data(stream_id, header.encode(), False)
         return stream_id
 
     def _out_stream(self, stream_id: int, header_type: type) -> _OutStream:
@@ -1244,13 +1270,6 @@ class MoqtSession:
         """A fetch is over once its stream is; the request's credit returns."""
         if isinstance(stream.header, FetchHeader):
             self._finish_peer_request(stream.request_id)
-
-    @staticmethod
-    def _body(payload: bytes, status: ObjectStatus, extensions: bytes) -> ObjectBody:
-        try:
-            return ObjectBody(payload, status, extensions)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
 
     def _fail(self, code: int, reason: str) -> None:
         logger.info("moqt session closing: %s (%#x)", reason, code)

@@ -50,6 +50,8 @@ def encode_tuple(fields: tuple[bytes, ...]) -> bytes:
     """A Track Namespace tuple: field count, then each field as ``bytes(vi)``."""
     if len(fields) > MAX_TUPLE_FIELDS:
         raise ValueError(f"namespace has {len(fields)} fields, at most {MAX_TUPLE_FIELDS}")
+    if sum(map(len, fields)) > MAX_FULL_TRACK_NAME:
+        raise ValueError(f"namespace longer than {MAX_FULL_TRACK_NAME} bytes")
     return encode_varint(len(fields)) + b"".join(encode_bytes(f) for f in fields)
 
 
@@ -174,11 +176,15 @@ class Reader:
         return value
 
     def tuple(self, allow_empty: bool = False) -> tuple[bytes, ...]:
-        """A Track Namespace tuple of 1..32 fields (0 fields only where ``allow_empty``)."""
+        """A Track Namespace tuple of 1..32 fields (0 fields only where ``allow_empty``),
+        at most 4096 bytes in all (the limit of a full track name, which includes it)."""
         count = self.count(MAX_TUPLE_FIELDS, "namespace field")
         if count == 0 and not allow_empty:
             raise DecodeError("empty namespace tuple")
-        return tuple(self.bytes_vi(MAX_FULL_TRACK_NAME, "namespace field") for _ in range(count))
+        fields = tuple(self.bytes_vi(MAX_FULL_TRACK_NAME, "namespace field") for _ in range(count))
+        if sum(map(len, fields)) > MAX_FULL_TRACK_NAME:
+            raise DecodeError(f"namespace longer than {MAX_FULL_TRACK_NAME} bytes")
+        return fields
 
     def location(self) -> Location:
         return Location(self.varint(), self.varint())

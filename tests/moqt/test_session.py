@@ -653,3 +653,33 @@ def test_fetch_stream_may_end_before_fetch_ok(stack: str) -> None:
     pair.pump()
     events = pair.take("client")
     assert [type(e) for e in events] == [ev.ObjectReceived, ev.DataStreamEnded, ev.RequestAccepted]
+
+
+def test_a_request_refused_locally_spends_no_request_id(pair: SessionPair) -> None:
+    client, _ = pair.sessions()
+    with pytest.raises(UsageError):
+        client.subscribe(TRACK, subscriber_priority=256)
+    with pytest.raises(UsageError):
+        client.publish_namespace((b"x" * 5000,))
+    assert client.subscribe(TRACK) == 0
+    pair.pump()
+    assert _one(pair.take("server"), ev.SubscribeRequested).message.request_id == 0
+
+
+def test_bad_objects_are_refused_before_anything_is_written(pair: SessionPair) -> None:
+    _, server = pair.sessions()
+    request_id, _ = _subscribed(pair)
+    stream = server.open_subgroup(request_id, 0)
+    server.send_object(stream, 5, b"a")
+    with pytest.raises(UsageError):
+        server.send_object(stream, 5, b"again")  # ids must increase
+    with pytest.raises(UsageError):
+        server.send_object(stream, 6, b"x", extensions=b"\x10\x01")  # header has no extensions
+    with pytest.raises(UsageError):
+        server.send_object(stream, 6, b"x", status=ObjectStatus.END_OF_GROUP)
+    with pytest.raises(UsageError):
+        server.open_subgroup(request_id, 1, publisher_priority=300)
+    server.send_object(stream, 6, b"b", end_stream=True)
+    pair.pump()
+    objects = _of(pair.take("client"), ev.ObjectReceived)
+    assert [(o.object_id, o.payload) for o in objects] == [(5, b"a"), (6, b"b")]

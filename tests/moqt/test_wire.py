@@ -86,6 +86,15 @@ def test_tuple_field_counts() -> None:
         encode_tuple((b"",) * 33)
 
 
+def test_tuple_total_length_is_capped() -> None:
+    fields = (b"a" * 2048, b"b" * 2049)
+    with pytest.raises(ValueError):
+        encode_tuple(fields)
+    raw = b"\x02" + encode_bytes(fields[0]) + encode_bytes(fields[1])
+    with pytest.raises(DecodeError):
+        Reader(raw).tuple()
+
+
 def test_bytes_cap_is_checked_before_reading() -> None:
     # A declared length over the cap is malformed even though the bytes are not there.
     with pytest.raises(DecodeError):
