@@ -107,6 +107,13 @@ class _EndpointMixin:
             tune_socket(sock, self._settings.socket_buffer)
         super().connection_made(transport)  # type: ignore[misc]
 
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        # The stacks transmit after every datagram; at loopback rates several arrive per
+        # loop iteration, and one transmit (ACKs, more data) after all of them is enough.
+        self._quic.receive_datagram(data, addr, now=self._loop.time())
+        self._process_events()  # type: ignore[attr-defined]
+        self.transmit_soon()
+
     def quic_event_received(self, event: Any) -> None:
         # Replaces the stack's StreamReader plumbing entirely: the handler owns all streams.
         if isinstance(event, self._backend.events.ConnectionTerminated):
