@@ -121,6 +121,9 @@ class SessionLimits:
     # Requests the peer may have open at once; credit returns as they finish.
     request_window: int = 100
     max_object_payload: int = DEFAULT_MAX_OBJECT_PAYLOAD
+    # Bytes of incomplete objects held across all incoming streams (QUIC flow control alone
+    # would let every stream fill its own window).
+    max_buffered_bytes: int = 256 * 1024 * 1024
     # Data streams that arrived before their track alias was known.
     max_pending_streams: int = 64
     max_pending_bytes: int = 64 * 1024 * 1024
@@ -159,6 +162,7 @@ class _InStream:
     since: float = 0.0
     pending: list[SubgroupObject] = field(default_factory=list)
     pending_bytes: int = 0
+    buffered: int = 0  # the parser's partial object, as last counted in the session total
     fin: bool = False
 
 
@@ -263,6 +267,7 @@ class MoqtSession:
         self._in_streams: dict[int, _InStream] = {}
         self._ignored_streams: set[int] = set()
         self._pending_bytes = 0
+        self._buffered_bytes = 0
         self._out_streams: dict[int, _OutStream] = {}
 
         if is_client:
@@ -698,11 +703,8 @@ class MoqtSession:
         if stream_id == self._control_stream_id:
             raise ProtocolError("control stream reset")
         self._ignored_streams.discard(stream_id)
-        state = self._in_streams.pop(stream_id, None)
-        if state is None:
-            return
-        self._release_pending(state)
-        if state.request_id is not None:
+        state = self._pop_in_stream(stream_id)
+        if state is not None and state.request_id is not None:
             self._events.append(ev.DataStreamReset(stream_id, state.request_id, event.error_code))
 
     def _on_stop_sending(self, event: Any) -> None:
@@ -1009,6 +1011,12 @@ class MoqtSession:
             logger.warning("moqt: dropping stream %d: %s", stream_id, exc.reason)
             self._drop_in_stream(stream_id)
             return
+        self._buffered_bytes += state.parser.buffered - state.buffered
+        state.buffered = state.parser.buffered
+        if self._buffered_bytes > self.limits.max_buffered_bytes:
+            logger.warning("moqt: dropping stream %d: incoming buffers are full", stream_id)
+            self._drop_in_stream(stream_id)
+            return
         for item in items:
             if stream_id not in self._in_streams:
                 return  # dropped while handling an earlier item
@@ -1079,7 +1087,7 @@ class MoqtSession:
         self._events.append(event)
 
     def _end_in_stream(self, stream_id: int, state: _InStream) -> None:
-        del self._in_streams[stream_id]
+        self._pop_in_stream(stream_id)
         assert state.request_id is not None
         header = state.parser.header
         if isinstance(header, FetchHeader):
@@ -1118,17 +1126,21 @@ class MoqtSession:
                     self._drop_in_stream(stream_id)
                     continue
                 state.request_id = track.request_id
-                pending = state.pending
-                self._release_pending(state)
+                pending, state.pending = state.pending, []
+                self._pending_bytes -= state.pending_bytes
+                state.pending_bytes = 0
                 for obj in pending:
                     self._deliver(stream_id, state, obj)
                 if state.fin:
                     self._end_in_stream(stream_id, state)
 
-    def _release_pending(self, state: _InStream) -> None:
-        self._pending_bytes -= state.pending_bytes
-        state.pending = []
-        state.pending_bytes = 0
+    def _pop_in_stream(self, stream_id: int) -> _InStream | None:
+        """Forget an incoming stream and the bytes it held."""
+        state = self._in_streams.pop(stream_id, None)
+        if state is not None:
+            self._pending_bytes -= state.pending_bytes
+            self._buffered_bytes -= state.buffered
+        return state
 
     def _drop_in_stream(self, stream_id: int) -> None:
         """Stop reading a stream we will not deliver (unknown alias too long, over a limit).
@@ -1136,11 +1148,9 @@ class MoqtSession:
         A stream that already ended needs no STOP_SENDING (and the QUIC stack may have
         discarded it, which would make ``stop_stream`` raise).
         """
-        state = self._in_streams.pop(stream_id, None)
-        if state is not None:
-            self._release_pending(state)
-            if state.fin:
-                return
+        state = self._pop_in_stream(stream_id)
+        if state is not None and state.fin:
+            return
         self._ignored_streams.add(stream_id)
         self._quic.stop_stream(stream_id, StreamResetCode.CANCELLED)
 

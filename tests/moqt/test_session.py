@@ -683,3 +683,29 @@ def test_bad_objects_are_refused_before_anything_is_written(pair: SessionPair) -
     pair.pump()
     objects = _of(pair.take("client"), ev.ObjectReceived)
     assert [(o.object_id, o.payload) for o in objects] == [(5, b"a"), (6, b"b")]
+
+
+def test_incomplete_objects_are_bounded_across_streams(stack: str) -> None:
+    pair, client = _raw_server(stack, SessionLimits(max_buffered_bytes=1500))
+    request_id = client.subscribe(TRACK)
+    pair.server_quic.send_stream_data(0, m.SubscribeOk(request_id, track_alias=1).encode())
+    header = SubgroupHeader(1, 0)
+    whole = header.encode() + SubgroupObject(0, ObjectBody(b"z" * 2000)).encode(header, None)
+
+    def open_partial() -> int:
+        stream_id = pair.server_quic.get_next_available_stream_id(is_unidirectional=True)
+        pair.server_quic.send_stream_data(stream_id, whole[:1000])
+        pair.pump()
+        return stream_id
+
+    for _ in range(2):  # one at a time: each completes and gives its bytes back
+        stream_id = open_partial()
+        pair.server_quic.send_stream_data(stream_id, whole[1000:], end_stream=True)
+        pair.pump()
+    first, second = open_partial(), open_partial()  # together over the limit: second dropped
+    stopped = [e.stream_id for e in pair.server_raw if type(e).__name__ == "StopSendingReceived"]
+    assert stopped == [second]
+    pair.server_quic.send_stream_data(first, whole[1000:], end_stream=True)
+    pair.pump()
+    objects = _of(pair.take("client"), ev.ObjectReceived)
+    assert len(objects) == 3 and objects[-1].stream_id == first
