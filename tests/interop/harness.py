@@ -88,10 +88,11 @@ def _flag_value(value: object) -> str:
 
 
 def as_flags(params: Mapping[str, object]) -> list[str]:
-    """{"object_size": 5, "sizes": [1, 2]} -> ["--object-size", "5", "--sizes", "1,2"]."""
+    """{"object_size": 5, "sizes": [1, 2], "debug": True} -> --object-size 5 --sizes 1,2 --debug."""
     flags: list[str] = []
     for name, value in params.items():
-        flags += [f"--{name.replace('_', '-')}", _flag_value(value)]
+        flag = f"--{name.replace('_', '-')}"
+        flags += [flag] if value is True else [flag, _flag_value(value)]
     return flags
 
 

@@ -79,3 +79,21 @@ def test_kv_sized_objects(start_peer: StartPeer, pub: str, relay: str, sub: str)
     subscriber.expect_success(timeout=spec.timeout + 10)
 
     assert received(subscriber) == spec.expected()
+
+
+KV_NAMESPACE = r"kvcache.moq.arpa\/v1/smollm2/abc123"
+"""("kvcache.moq.arpa/v1", "smollm2", "abc123"): the first field holds a '/'. aiomoqt's string
+form and moq-rs's broadcast path both write it as '\\/' inside a field."""
+
+SLASH_CHAINS = [(relay, sub) for relay in KINDS for sub in KINDS]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(("relay", "sub"), SLASH_CHAINS, ids=map(chain_id, SLASH_CHAINS))
+def test_namespace_field_with_slash(start_peer: StartPeer, relay: str, sub: str) -> None:
+    """The kvcache namespace keeps its three fields through either relay, to either client."""
+    spec = TrackSpec(namespace=KV_NAMESPACE, track="fp16", groups=2, objects=2, sizes=[64])
+    _, _, subscriber = relay_chain(start_peer, "aiomoqt", relay, sub, spec)
+    subscriber.expect_success(timeout=spec.timeout + 10)
+
+    assert received(subscriber) == spec.expected()
