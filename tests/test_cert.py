@@ -13,7 +13,12 @@ import pytest
 from cryptography import x509
 
 from sidecar.moqt.quic_backend import BACKENDS, QuicSettings, load_backend
-from sidecar.moqt.tls import CertificateError, CertificatePaths, generate_certificate
+from sidecar.moqt.tls import (
+    CertificateError,
+    CertificatePaths,
+    generate_certificate,
+    write_certificate,
+)
 
 
 def run_cert(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,9 +38,8 @@ def free_udp_port() -> int:
 
 
 def make_cert(tmp_path: Path, name: str) -> CertificatePaths:
-    out = tmp_path / name
-    assert run_cert("--out", str(out)).returncode == 0
-    return CertificatePaths(cert=out / "cert.pem", key=out / "key.pem")
+    # In-process: the CLI has its own tests here, and each `kvmoq` start costs seconds.
+    return write_certificate(tmp_path / name)
 
 
 def test_cert_writes_chain_and_private_key(tmp_path: Path) -> None:
