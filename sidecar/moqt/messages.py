@@ -415,6 +415,10 @@ class _SubscribeLayout(ControlMessage):
 
 @dataclass(frozen=True, slots=True)
 class _SubscribeOkLayout(ControlMessage):
+    # A publisher states the order it uses (1 or 2); only TRACK_STATUS_OK, which may answer
+    # for a track with no content, can leave it at 0.
+    ALLOW_DEFAULT_ORDER: ClassVar[bool] = False
+
     request_id: int
     track_alias: int
     expires: int = 0
@@ -440,7 +444,7 @@ class _SubscribeOkLayout(ControlMessage):
             request_id=reader.varint(),
             track_alias=reader.varint(),
             expires=reader.varint(),
-            group_order=_read_group_order(reader, allow_default=cls.TYPE == TrackStatusOk.TYPE),
+            group_order=_read_group_order(reader, allow_default=cls.ALLOW_DEFAULT_ORDER),
             largest=_read_optional_location(reader),
             parameters=Parameters.decode(reader),
         )
@@ -788,6 +792,7 @@ class TrackStatusOk(_SubscribeOkLayout):
     """Same layout as SUBSCRIBE_OK; ``track_alias`` is always 0."""
 
     TYPE: ClassVar[int] = 0x0E
+    ALLOW_DEFAULT_ORDER: ClassVar[bool] = True
 
 
 @_register

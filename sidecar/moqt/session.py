@@ -1166,7 +1166,8 @@ class MoqtSession:
         """Encode and queue a control message; raises before anything is written."""
         if self.closed:
             raise UsageError("session is closed")
-        assert self._control_stream_id is not None
+        if self._control_stream_id is None:
+            raise UsageError("the client has not opened the control stream yet")
         with _caller_errors():
             data = message.encode()
         self._quic.send_stream_data(self._control_stream_id, data, False)
