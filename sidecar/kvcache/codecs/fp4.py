@@ -34,14 +34,14 @@ E2M1_VALUES = (
 def _quantize(values: torch.Tensor) -> torch.Tensor:
     """Round to the nearest e2m1 value, ties to even, without a lookup or a search.
 
-    The magnitudes' grid has steps 0.5, 1 and 2 below 2, 4 and 6; the piecewise-linear map
-    `2a - relu(a - 2) - relu(a - 4) / 2` sends it onto the integers 0..7 (the codes), so one
-    `round` does the job (bucketize is 30x slower on CPU).
+    The magnitudes' grid has steps 0.5, 1 and 2 below 2, 4 and 6, so the piecewise-linear
+    map `a + min(a, 2) - max(a - 4, 0) / 2` sends it onto the integers 0..7 (the codes) and
+    one `round` (half to even) does the job; bucketize is 30x slower on CPU. Scaled values
+    never exceed 6 by more than the fp16 rounding of the scale, which still rounds to code 7.
     """
-    magnitude = values.abs().clamp_(max=E2M1_MAX)
-    position = magnitude * 2
-    position -= (magnitude - 2).clamp_(min=0)
-    position -= (magnitude - 4).clamp_(min=0) * 0.5
+    magnitude = values.abs()
+    position = magnitude.clamp(max=2).add_(magnitude)
+    position.sub_(magnitude.clamp_(min=4).sub_(4), alpha=0.5)
     codes = position.round_().to(torch.uint8)
     codes |= (values < 0).to(torch.uint8) << 3
     return pack_nibbles(codes)
