@@ -1,0 +1,101 @@
+"""The relay's object cache: every track's groups under one byte budget, evicted LRU by group.
+
+``model.TrackCache`` holds one track's groups and answers range queries; a relay carries many
+tracks, and a budget per track would let one busy track starve the others or let many idle
+ones hold memory nobody reads. So the budget and the recency order are global here, keyed by
+(track, group), and each ``TrackCache`` is only the per-track store.
+
+Every object is charged ``OBJECT_OVERHEAD`` bytes on top of its payload, so a peer cannot fill
+the relay with millions of empty status objects that weigh nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from .model import FullTrackName, Group, Location, TrackCache, TrackObject
+
+OBJECT_OVERHEAD = 128
+
+_GroupKey = tuple[FullTrackName, int]
+
+
+class RelayCache:
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._tracks: dict[FullTrackName, TrackCache] = {}
+        self._groups: dict[FullTrackName, set[int]] = {}
+        self._charged: OrderedDict[_GroupKey, int] = OrderedDict()  # oldest-touched first
+
+    def add(self, track: FullTrackName, group_id: int, obj: TrackObject) -> None:
+        """Store an object; one larger than the whole budget is not stored."""
+        cost = obj.size + OBJECT_OVERHEAD
+        if cost > self.max_bytes:
+            return
+        cache = self._tracks.get(track)
+        if cache is None:
+            cache = self._tracks[track] = TrackCache(self.max_bytes)
+        self._groups.setdefault(track, set()).add(group_id)
+        group = cache.group(group_id)
+        replaced = group.objects.get(obj.object_id) if group is not None else None
+        for evicted in cache.add(group_id, obj):  # only when one track outgrows the budget
+            self._forget(track, evicted)
+        if track in self._tracks and group_id in cache:
+            key = (track, group_id)
+            extra = cost - (replaced.size + OBJECT_OVERHEAD if replaced is not None else 0)
+            self._charged[key] = self._charged.get(key, 0) + extra
+            self._charged.move_to_end(key)
+            self.size += extra
+        self._evict()
+
+    def mark_complete(self, track: FullTrackName, group_id: int) -> None:
+        cache = self._tracks.get(track)
+        if cache is not None:
+            cache.mark_complete(group_id)
+
+    def largest(self, track: FullTrackName) -> Location | None:
+        cache = self._tracks.get(track)
+        return cache.largest if cache is not None else None
+
+    def group(self, track: FullTrackName, group_id: int) -> Group | None:
+        """A cached group, marked as recently used."""
+        cache = self._tracks.get(track)
+        group = cache.group(group_id) if cache is not None else None
+        if group is not None:
+            self._charged.move_to_end((track, group_id))
+        return group
+
+    def group_ids(self, track: FullTrackName, first: int, last: int | None = None) -> list[int]:
+        """Cached group ids of ``track`` from ``first`` to ``last`` (inclusive), ascending."""
+        return sorted(
+            g for g in self._groups.get(track, ()) if g >= first and (last is None or g <= last)
+        )
+
+    def has_track(self, track: FullTrackName) -> bool:
+        return track in self._tracks
+
+    def objects(
+        self, track: FullTrackName, start: Location, end: Location
+    ) -> Iterator[tuple[int, TrackObject]]:
+        """Cached objects from ``start`` to ``end`` inclusive, ascending."""
+        cache = self._tracks.get(track)
+        if cache is not None:
+            yield from cache.objects(start, end)
+
+    def _evict(self) -> None:
+        while self.size > self.max_bytes:
+            (track, group_id), _ = next(iter(self._charged.items()))
+            self._tracks[track].discard(group_id)
+            self._forget(track, group_id)
+
+    def _forget(self, track: FullTrackName, group_id: int) -> None:
+        self.size -= self._charged.pop((track, group_id), 0)
+        groups = self._groups[track]
+        groups.discard(group_id)
+        if not groups:
+            del self._groups[track]
+            del self._tracks[track]

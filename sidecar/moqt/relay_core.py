@@ -1,0 +1,1080 @@
+"""The relay's protocol core: routing, upstream subscriptions, fan-out, cache and FETCH.
+
+Sans-I/O like the session it drives: ``Relay.handle(peer, event)`` takes one session's event
+and answers by calling methods of the ``MoqtSession`` objects of the peers involved. What it
+needs of the I/O layer is three things per peer (``PeerLink``): whether its connection's send
+backlog is full, a nudge to transmit, and a wake-up (``Relay.resume``) once it drained.
+
+Why the per-peer outbox: a relay must not buffer without bound for a subscriber slower than
+its publisher, and it must not stall the publisher either. Everything bound for a peer goes
+through one FIFO of small items that refer to cached payloads (no copies); it is written
+into QUIC while the connection's backlog allows, and waits otherwise. Live objects that
+would push the FIFO past ``max_queued_bytes`` end that subscription with PUBLISH_DONE
+TOO_FAR_BEHIND instead. Replays of cached groups (late SUBSCRIBEs with an absolute start,
+FETCH) are queued as one item that reads the cache a group at a time, so a subscriber that
+loads a thousand past groups holds no more than one group in flight, and a replaying
+subscriber takes nothing from the live path until it has caught up with the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from . import events as ev
+from .errors import (
+    FetchErrorCode,
+    PublishDoneStatus,
+    PublishErrorCode,
+    PublishNamespaceErrorCode,
+    SessionErrorCode,
+    StreamResetCode,
+    SubscribeErrorCode,
+    SubscribeNamespaceErrorCode,
+    UsageError,
+)
+from .messages import (
+    FetchOk,
+    FilterType,
+    JoiningFetch,
+    StandaloneFetch,
+    Subscribe,
+    SubscribeOk,
+    SubscriptionFilter,
+    TrackStatusOk,
+)
+from .model import FullTrackName, GroupOrder, Location, TrackObject
+from .relay_cache import RelayCache
+from .relay_routing import Namespace, NamespaceTable, RoutingLimitExceeded
+from .session import MoqtSession
+
+logger = logging.getLogger(__name__)
+
+_LAST_OBJECT = (1 << 62) - 1
+_START = Location(0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayLimits:
+    """Bounds on what peers can make the relay hold."""
+
+    cache_bytes: int = 1 << 30
+    # Bytes of live objects waiting for one slow downstream connection.
+    max_queued_bytes: int = 64 << 20
+    max_tracks: int = 10_000
+    max_subscribers_per_track: int = 1_000
+    max_namespaces: int = 10_000
+    max_prefixes_per_peer: int = 64
+
+
+class PeerLink(Protocol):
+    """What the relay needs of one peer's connection."""
+
+    def backlogged(self) -> bool: ...
+    def transmit(self) -> None: ...
+    def wake_when_drained(self) -> None:
+        """Call ``Relay.resume(peer)`` once the backlog is under its limit."""
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One downstream subgroup stream: objects on it must have increasing ids."""
+
+    stream_id: int
+    last_object: int = -1
+    stopped: bool = False
+
+
+@dataclass(eq=False)
+class Downstream:
+    """A SUBSCRIBE the relay accepted: what it covers and its open streams."""
+
+    peer: Peer
+    request_id: int
+    track: Track
+    start: Location
+    end_group: int | None
+    forward: bool
+    live: bool = True  # False while a replay of cached groups is catching up
+    ending: bool = False
+    streams: dict[tuple[int, int], _Stream] = field(default_factory=dict)
+
+    def wants(self, location: Location) -> bool:
+        return (
+            self.forward
+            and not self.ending
+            and location >= self.start
+            and (self.end_group is None or location.group <= self.end_group)
+        )
+
+
+@dataclass(eq=False)
+class DownstreamFetch:
+    peer: Peer
+    request_id: int
+    track: FullTrackName
+    start: Location
+    end: Location
+    descending: bool
+    stream_id: int | None = None
+
+
+@dataclass(eq=False)
+class Track:
+    """A track the relay carries: its upstream (if any) and its downstream subscriptions."""
+
+    name: FullTrackName
+    upstream: Peer | None = None
+    upstream_request: int | None = None
+    upstream_ready: bool = False
+    pushed: bool = False  # the publisher sent PUBLISH: it keeps the track until it ends it
+    largest: Location | None = None
+    group_order: GroupOrder = GroupOrder.ASCENDING
+    subscribers: list[Downstream] = field(default_factory=list)
+    waiting: list[tuple[Peer, Subscribe]] = field(default_factory=list)
+    live_streams: dict[int, tuple[int, int]] = field(default_factory=dict)  # upstream stream
+    done: tuple[int, str] | None = None  # upstream PUBLISH_DONE, held until its streams end
+
+
+# Outbox items: all that is bound for one peer, in order.
+
+
+@dataclass(eq=False, slots=True)
+class _Send:
+    sub: Downstream
+    group_id: int
+    obj: TrackObject
+
+
+@dataclass(eq=False, slots=True)
+class _EndStream:
+    sub: Downstream
+    key: tuple[int, int]
+    reset: bool
+
+
+@dataclass(eq=False, slots=True)
+class _Replay:
+    sub: Downstream
+    cursor: int
+    groups: deque[int] = field(default_factory=deque)
+
+
+@dataclass(eq=False, slots=True)
+class _Done:
+    sub: Downstream
+    status: int
+    reason: str
+
+
+@dataclass(eq=False, slots=True)
+class _FetchReplay:
+    fetch: DownstreamFetch
+    groups: deque[int]
+
+
+@dataclass(eq=False, slots=True)
+class _FetchSend:
+    fetch: DownstreamFetch
+    group_id: int
+    obj: TrackObject
+
+
+@dataclass(eq=False, slots=True)
+class _FetchEnd:
+    fetch: DownstreamFetch
+    reset: bool
+
+
+_Item = _Send | _EndStream | _Replay | _Done | _FetchReplay | _FetchSend | _FetchEnd
+
+
+@dataclass(eq=False)
+class Peer:
+    """One session through the relay, in whatever roles it plays."""
+
+    session: MoqtSession
+    link: PeerLink
+    name: str
+    outbox: deque[_Item] = field(default_factory=deque)
+    queued_bytes: int = 0
+    waiting_drain: bool = False
+    flushing: bool = False
+    gone: bool = False
+    downstreams: dict[int, Downstream] = field(default_factory=dict)
+    fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
+    upstreams: dict[int, Track] = field(default_factory=dict)  # our SUBSCRIBE / their PUBLISH
+    upstream_fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
+    status_requests: dict[int, tuple[Peer, int]] = field(default_factory=dict)
+    announced: set[Namespace] = field(default_factory=set)  # namespaces we told it of
+
+
+def _item_size(item: _Item) -> int:
+    return item.obj.size if isinstance(item, _Send | _FetchSend) else 0
+
+
+class Relay:
+    """See the module docstring. One instance serves every session of a relay process."""
+
+    def __init__(self, limits: RelayLimits | None = None) -> None:
+        self.limits = limits or RelayLimits()
+        self.cache = RelayCache(self.limits.cache_bytes)
+        self.namespaces: NamespaceTable[Peer] = NamespaceTable(
+            self.limits.max_namespaces, self.limits.max_prefixes_per_peer
+        )
+        self.tracks: dict[FullTrackName, Track] = {}
+        self.peers: set[Peer] = set()
+        self._dirty: set[Peer] = set()
+
+    # ------------------------------------------------------------------------------------
+    # Driving the relay.
+
+    def add_peer(self, session: MoqtSession, link: PeerLink, name: str = "") -> Peer:
+        peer = Peer(session, link, name)
+        self.peers.add(peer)
+        return peer
+
+    def handle(self, peer: Peer, event: ev.MoqtEvent) -> None:
+        """Act on one event of ``peer``'s session. Never raises."""
+        handler = self._HANDLERS.get(type(event))
+        if handler is not None:
+            self._guarded(peer, lambda p: handler(self, p, event))
+
+    def resume(self, peer: Peer) -> None:
+        """The peer's connection drained: write what waits for it. Never raises."""
+        peer.waiting_drain = False
+        self._guarded(peer, self._flush)
+
+    def _guarded(self, peer: Peer, action: Callable[[Peer], None]) -> None:
+        """Run ``action``; a bug closes the peer's session, never the relay."""
+        try:
+            if not peer.gone:
+                action(peer)
+        except Exception:
+            logger.exception("relay: internal error serving %s", peer.name)
+            if not peer.session.closed:
+                peer.session.close(SessionErrorCode.INTERNAL_ERROR, "relay internal error")
+            self._peer_left(peer)
+        self._transmit()
+
+    # ------------------------------------------------------------------------------------
+    # Namespaces.
+
+    def _on_namespace_published(self, peer: Peer, event: ev.NamespacePublished) -> None:
+        message = event.message
+        try:
+            new = self.namespaces.add_publisher(message.namespace, peer)
+        except RoutingLimitExceeded as exc:
+            self._session(peer).reject(
+                message.request_id, PublishNamespaceErrorCode.INTERNAL_ERROR, str(exc)
+            )
+            return
+        self._session(peer).publish_namespace_ok(message.request_id)
+        if new:
+            for follower in self.namespaces.interested_in(message.namespace):
+                self._announce(follower, message.namespace)
+
+    def _on_namespace_done(self, peer: Peer, event: ev.NamespacePublishDone) -> None:
+        if self.namespaces.remove_publisher(event.namespace, peer):
+            self._withdraw(event.namespace)
+
+    def _on_namespace_subscribe(self, peer: Peer, event: ev.NamespaceSubscribeRequested) -> None:
+        message = event.message
+        try:
+            self.namespaces.add_prefix(peer, message.namespace)
+        except RoutingLimitExceeded as exc:
+            self._session(peer).reject(
+                message.request_id, SubscribeNamespaceErrorCode.INTERNAL_ERROR, str(exc)
+            )
+            return
+        self._session(peer).subscribe_namespace_ok(message.request_id)
+        for namespace in self.namespaces.published_under(message.namespace):
+            self._announce(peer, namespace)
+
+    def _on_namespace_unsubscribed(self, peer: Peer, event: ev.NamespaceUnsubscribed) -> None:
+        self.namespaces.remove_prefix(peer, event.prefix)
+
+    def _on_namespace_cancelled(self, peer: Peer, event: ev.NamespacePublishCancelled) -> None:
+        peer.announced.discard(event.message.namespace)
+
+    def _announce(self, peer: Peer, namespace: Namespace) -> None:
+        """Tell a namespace subscriber of a namespace (never its own)."""
+        if namespace in peer.announced or peer in self.namespaces.publishers(namespace):
+            return
+        try:
+            self._session(peer).publish_namespace(namespace)
+        except UsageError as exc:  # out of request ids: it learns of it on its next request
+            logger.info("relay: cannot announce %r to %s: %s", namespace, peer.name, exc)
+            return
+        peer.announced.add(namespace)
+
+    def _withdraw(self, namespace: Namespace) -> None:
+        for peer in self.peers:
+            if namespace in peer.announced and not peer.gone:
+                peer.announced.discard(namespace)
+                self._session(peer).publish_namespace_done(namespace)
+
+    # ------------------------------------------------------------------------------------
+    # SUBSCRIBE: from the cache, through an upstream subscription, or both.
+
+    def _on_subscribe(self, peer: Peer, event: ev.SubscribeRequested) -> None:
+        message = event.message
+        track = self.tracks.get(message.track)
+        if (
+            track is not None
+            and len(track.subscribers) + len(track.waiting) >= self.limits.max_subscribers_per_track
+        ):
+            self._session(peer).reject(
+                message.request_id, SubscribeErrorCode.INTERNAL_ERROR, "too many subscribers"
+            )
+            return
+        if track is not None and track.upstream is not None:
+            if track.upstream_ready:
+                self._accept(peer, track, message)
+            else:
+                track.waiting.append((peer, message))
+            return
+        publisher = self.namespaces.route(message.track.namespace)
+        if publisher is not None and publisher is not peer:
+            track = self._track(message.track)
+            if track is None:
+                self._session(peer).reject(
+                    message.request_id, SubscribeErrorCode.INTERNAL_ERROR, "too many tracks"
+                )
+                return
+            if self._subscribe_upstream(publisher, track, message.filter):
+                track.waiting.append((peer, message))
+                return
+        if self.cache.has_track(message.track):
+            track = self._track(message.track)
+            if track is not None:
+                self._accept(peer, track, message)
+                return
+        self._session(peer).reject(
+            message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+        )
+        self._drop_idle(message.track)
+
+    def _subscribe_upstream(
+        self, publisher: Peer, track: Track, wanted: SubscriptionFilter
+    ) -> bool:
+        """Subscribe upstream with the first subscriber's filter, open-ended for later ones."""
+        if wanted.filter_type == FilterType.ABSOLUTE_RANGE:
+            wanted = SubscriptionFilter(FilterType.ABSOLUTE_START, wanted.start)
+        try:
+            request_id = self._session(publisher).subscribe(track.name, filter=wanted)
+        except UsageError as exc:
+            logger.info("relay: cannot subscribe upstream to %s: %s", track.name, exc)
+            return False
+        track.upstream, track.upstream_request, track.upstream_ready = publisher, request_id, False
+        publisher.upstreams[request_id] = track
+        return True
+
+    def _accept(self, peer: Peer, track: Track, message: Subscribe) -> None:
+        largest = self._largest(track)
+        self._session(peer).subscribe_ok(
+            message.request_id, group_order=track.group_order, largest=largest
+        )
+        start, end_group = _window(message.filter, largest)
+        sub = Downstream(peer, message.request_id, track, start, end_group, message.forward)
+        track.subscribers.append(sub)
+        peer.downstreams[message.request_id] = sub
+        if message.filter.filter_type in (FilterType.ABSOLUTE_START, FilterType.ABSOLUTE_RANGE):
+            sub.live = False
+            self._enqueue(peer, _Replay(sub, start.group))
+        elif track.upstream is None:
+            self._end(sub, PublishDoneStatus.TRACK_ENDED, "the publisher is gone")
+
+    def _on_upstream_accepted(self, peer: Peer, event: ev.RequestAccepted) -> None:
+        message = event.message
+        if isinstance(message, SubscribeOk):
+            track = peer.upstreams.get(event.request_id)
+            if track is None:
+                return
+            track.upstream_ready = True
+            track.group_order = _known_order(message.group_order)
+            if message.largest is not None and (
+                track.largest is None or message.largest > track.largest
+            ):
+                track.largest = message.largest
+            waiting, track.waiting = track.waiting, []
+            for subscriber, subscribe in waiting:
+                if not subscriber.gone:
+                    self._accept(subscriber, track, subscribe)
+        elif isinstance(message, FetchOk):
+            fetch = peer.upstream_fetches.get(event.request_id)
+            if fetch is not None and not fetch.peer.gone:
+                self._session(fetch.peer).fetch_ok(
+                    fetch.request_id,
+                    message.end,
+                    end_of_track=message.end_of_track,
+                    group_order=_known_order(message.group_order),
+                )
+        elif isinstance(message, TrackStatusOk):
+            asker = peer.status_requests.pop(event.request_id, None)
+            if asker is not None and not asker[0].gone:
+                self._session(asker[0]).track_status_ok(
+                    asker[1], largest=message.largest, group_order=message.group_order
+                )
+
+    def _on_upstream_rejected(self, peer: Peer, event: ev.RequestRejected) -> None:
+        request_id = event.request_id
+        code, reason = event.message.error_code, event.message.reason
+        track = peer.upstreams.pop(request_id, None)
+        if track is not None:
+            track.upstream = track.upstream_request = None
+            waiting, track.waiting = track.waiting, []
+            for subscriber, subscribe in waiting:
+                if not subscriber.gone:
+                    self._session(subscriber).reject(subscribe.request_id, code, reason)
+            self._drop_idle(track.name)
+        fetch = peer.upstream_fetches.pop(request_id, None)
+        if fetch is not None and not fetch.peer.gone:
+            fetch.peer.fetches.pop(fetch.request_id, None)
+            self._session(fetch.peer).reject(fetch.request_id, code, reason)
+        asker = peer.status_requests.pop(request_id, None)
+        if asker is not None and not asker[0].gone:
+            self._session(asker[0]).reject(asker[1], code, reason)
+
+    def _on_subscribe_updated(self, peer: Peer, event: ev.SubscribeUpdated) -> None:
+        message = event.message
+        sub = peer.downstreams.get(message.subscription_request_id)
+        if sub is not None:  # an update only narrows
+            sub.start = max(sub.start, message.start)
+            if message.end_group is not None:
+                sub.end_group = min(message.end_group, sub.end_group or message.end_group)
+            sub.forward = message.forward
+
+    def _on_unsubscribed(self, peer: Peer, event: ev.Unsubscribed) -> None:
+        sub = peer.downstreams.pop(event.request_id, None)
+        if sub is not None:
+            self._cancel(sub, reset_streams=True)
+            return
+        for track in self.tracks.values():
+            track.waiting = [
+                (p, m)
+                for p, m in track.waiting
+                if p is not peer or m.request_id != event.request_id
+            ]
+
+    def _on_publish_ended(self, peer: Peer, event: ev.SubscriptionEnded) -> None:
+        track = peer.upstreams.get(event.request_id)
+        if track is not None:
+            track.done = (event.message.status_code, event.message.reason)
+            track.upstream_ready = False
+            self._upstream_over(track)
+
+    # ------------------------------------------------------------------------------------
+    # PUBLISH: a track pushed by its publisher.
+
+    def _on_publish(self, peer: Peer, event: ev.PublishRequested) -> None:
+        message = event.message
+        track = self._track(message.track)
+        if track is None or track.upstream is not None:
+            reason = "too many tracks" if track is None else "the track already has a publisher"
+            self._session(peer).reject(message.request_id, PublishErrorCode.NOT_SUPPORTED, reason)
+            return
+        self._session(peer).publish_ok(message.request_id, group_order=message.group_order)
+        track.upstream, track.upstream_request = peer, message.request_id
+        track.upstream_ready = track.pushed = True
+        track.group_order = _known_order(message.group_order)
+        track.largest = message.largest
+        peer.upstreams[message.request_id] = track
+        for follower in self.namespaces.interested_in(message.track.namespace):
+            self._announce(follower, message.track.namespace)
+
+    # ------------------------------------------------------------------------------------
+    # TRACK_STATUS.
+
+    def _on_track_status(self, peer: Peer, event: ev.TrackStatusRequested) -> None:
+        message = event.message
+        track = self.tracks.get(message.track)
+        if track is not None and track.upstream_ready:
+            self._session(peer).track_status_ok(
+                message.request_id, largest=self._largest(track), group_order=track.group_order
+            )
+            return
+        publisher = self.namespaces.route(message.track.namespace)
+        if publisher is not None and publisher is not peer:
+            try:
+                request_id = self._session(publisher).track_status(message.track)
+            except UsageError:
+                pass
+            else:
+                publisher.status_requests[request_id] = (peer, message.request_id)
+                return
+        largest = self.cache.largest(message.track)
+        if largest is not None:
+            self._session(peer).track_status_ok(message.request_id, largest=largest)
+        else:
+            self._session(peer).reject(
+                message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+            )
+
+    # ------------------------------------------------------------------------------------
+    # FETCH: from the cache when it holds the whole range, else from the publisher.
+
+    def _on_fetch(self, peer: Peer, event: ev.FetchRequested) -> None:
+        message = event.message
+        window = self._fetch_window(peer, message.target, event.track)
+        if window is None:
+            self._session(peer).reject(
+                message.request_id, FetchErrorCode.INVALID_RANGE, "nothing to join"
+            )
+            return
+        start, end = window
+        fetch = DownstreamFetch(
+            peer,
+            message.request_id,
+            event.track,
+            start,
+            end,
+            message.group_order == GroupOrder.DESCENDING,
+        )
+        publisher = self._publisher_of(event.track)
+        if (publisher is None or publisher is peer) or self._cached_range(fetch):
+            self._fetch_from_cache(fetch)
+            return
+        target = StandaloneFetch(event.track, start, end.group, _end_object(end))
+        try:
+            request_id = self._session(publisher).fetch(target, group_order=message.group_order)
+        except UsageError:
+            self._fetch_from_cache(fetch)
+            return
+        publisher.upstream_fetches[request_id] = fetch
+        peer.fetches[message.request_id] = fetch
+
+    def _fetch_window(
+        self, peer: Peer, target: StandaloneFetch | JoiningFetch, track: FullTrackName
+    ) -> tuple[Location, Location] | None:
+        if isinstance(target, StandaloneFetch):
+            end_object = _LAST_OBJECT if target.end_object is None else target.end_object
+            return target.start, Location(target.end_group, end_object)
+        sub = peer.downstreams.get(target.joining_request_id)
+        if sub is None or sub.start == _START:
+            return None
+        first = target.joining_start if target.absolute else sub.start.group - target.joining_start
+        if sub.start.object > 0:
+            end = Location(sub.start.group, sub.start.object - 1)
+        else:
+            end = Location(sub.start.group - 1, _LAST_OBJECT)
+        return Location(max(first, 0), 0), end
+
+    def _cached_range(self, fetch: DownstreamFetch) -> bool:
+        """Whether the cache holds every group of the range that the track has."""
+        largest = self.cache.largest(fetch.track)
+        if largest is None:
+            return False
+        last = min(fetch.end.group, largest.group)
+        groups = [self.cache.group(fetch.track, g) for g in range(fetch.start.group, last + 1)]
+        return all(group is not None and group.complete for group in groups)
+
+    def _fetch_from_cache(self, fetch: DownstreamFetch) -> None:
+        objects = list(self.cache.objects(fetch.track, fetch.start, fetch.end))
+        session = self._session(fetch.peer)
+        if not objects:
+            session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing cached")
+            return
+        group_id, last = objects[-1]
+        session.fetch_ok(
+            fetch.request_id,
+            Location(group_id, last.object_id),
+            group_order=GroupOrder.DESCENDING if fetch.descending else GroupOrder.ASCENDING,
+        )
+        groups = deque(dict.fromkeys(g for g, _ in objects))
+        if fetch.descending:
+            groups.reverse()
+        fetch.peer.fetches[fetch.request_id] = fetch
+        self._enqueue(fetch.peer, _FetchReplay(fetch, groups))
+
+    def _on_fetch_cancelled(self, peer: Peer, event: ev.FetchCancelled) -> None:
+        fetch = peer.fetches.pop(event.request_id, None)
+        if fetch is None:
+            return
+        self._purge(peer, lambda item: getattr(item, "fetch", None) is fetch)
+        for upstream in self.peers:
+            for request_id, pending in list(upstream.upstream_fetches.items()):
+                if pending is fetch:
+                    del upstream.upstream_fetches[request_id]
+                    if not upstream.gone:
+                        self._session(upstream).fetch_cancel(request_id)
+
+    # ------------------------------------------------------------------------------------
+    # Objects from upstream.
+
+    def _on_object(self, peer: Peer, event: ev.ObjectReceived) -> None:
+        subgroup = event.subgroup_id if event.subgroup_id is not None else event.object_id
+        obj = TrackObject(
+            event.object_id,
+            event.body.payload,
+            event.body.status,
+            event.body.extensions,
+            subgroup,
+            event.publisher_priority,
+        )
+        if event.source == ev.ObjectSource.FETCH:
+            fetch = peer.upstream_fetches.get(event.request_id)
+            if fetch is not None:
+                self.cache.add(fetch.track, event.group_id, obj)
+                self._enqueue(fetch.peer, _FetchSend(fetch, event.group_id, obj))
+            return
+        track = peer.upstreams.get(event.request_id)
+        if track is None:
+            return
+        location = Location(event.group_id, event.object_id)
+        if track.largest is None or location > track.largest:
+            track.largest = location
+        self.cache.add(track.name, event.group_id, obj)
+        if event.source == ev.ObjectSource.DATAGRAM:
+            self._forward_datagram(track, event)
+            return
+        assert event.stream_id is not None
+        track.live_streams[event.stream_id] = (event.group_id, subgroup)
+        for sub in list(track.subscribers):
+            if sub.live and sub.wants(location):
+                self._enqueue(sub.peer, _Send(sub, event.group_id, obj))
+            elif sub.live and sub.end_group is not None and event.group_id > sub.end_group:
+                self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")
+
+    def _forward_datagram(self, track: Track, event: ev.ObjectReceived) -> None:
+        """Datagrams may be lost anyway: a backlogged subscriber simply misses them."""
+        location = Location(event.group_id, event.object_id)
+        for sub in track.subscribers:
+            if sub.live and sub.wants(location) and not sub.peer.link.backlogged():
+                self._session(sub.peer).send_datagram(
+                    sub.request_id,
+                    event.group_id,
+                    event.object_id,
+                    event.body.payload,
+                    publisher_priority=event.publisher_priority,
+                    status=event.body.status,
+                    extensions=event.body.extensions,
+                    end_of_group=event.end_of_group,
+                )
+
+    def _on_stream_ended(self, peer: Peer, event: ev.DataStreamEnded | ev.DataStreamReset) -> None:
+        reset = isinstance(event, ev.DataStreamReset)
+        fetch = peer.upstream_fetches.pop(event.request_id, None)
+        if fetch is not None:
+            if not reset:
+                self._fetched_whole_groups(fetch)
+            self._enqueue(fetch.peer, _FetchEnd(fetch, reset))
+            return
+        track = peer.upstreams.get(event.request_id)
+        if track is None:
+            return
+        key = track.live_streams.pop(event.stream_id, None)
+        if key is None:
+            return
+        if not reset:
+            self.cache.mark_complete(track.name, key[0])
+        for sub in track.subscribers:
+            self._enqueue(sub.peer, _EndStream(sub, key, reset))
+        if track.done is not None:
+            self._upstream_over(track)
+
+    def _fetched_whole_groups(self, fetch: DownstreamFetch) -> None:
+        """A FETCH answered in full holds every object of the groups its range covers."""
+        first = fetch.start.group + (fetch.start.object > 0)
+        last = fetch.end.group - (fetch.end.object != _LAST_OBJECT)
+        for group_id in self.cache.group_ids(fetch.track, first, last):
+            self.cache.mark_complete(fetch.track, group_id)
+
+    def _on_stream_stopped(self, peer: Peer, event: ev.DataStreamStopped) -> None:
+        sub = peer.downstreams.get(event.request_id)
+        if sub is not None:
+            for stream in sub.streams.values():
+                if stream.stream_id == event.stream_id:
+                    stream.stopped = True
+            return
+        fetch = peer.fetches.pop(event.request_id, None)
+        if fetch is not None:
+            fetch.stream_id = None
+            self._purge(peer, lambda item: getattr(item, "fetch", None) is fetch)
+
+    # ------------------------------------------------------------------------------------
+    # Peers leaving.
+
+    def _on_closed(self, peer: Peer, event: ev.SessionClosed) -> None:
+        self._peer_left(peer)
+
+    def _peer_left(self, peer: Peer) -> None:
+        if peer.gone:
+            return
+        peer.gone = True
+        self.peers.discard(peer)
+        self._dirty.discard(peer)
+        peer.outbox.clear()
+        for namespace in self.namespaces.remove_peer(peer):
+            self._withdraw(namespace)
+        for track in list(peer.upstreams.values()):
+            for sub in track.subscribers:
+                for key in track.live_streams.values():
+                    self._enqueue(sub.peer, _EndStream(sub, key, reset=True))
+            track.live_streams.clear()
+            track.done = track.done or (PublishDoneStatus.GOING_AWAY, "the publisher left")
+            self._upstream_over(track)
+        for fetch in peer.upstream_fetches.values():
+            self._enqueue(fetch.peer, _FetchEnd(fetch, reset=True))
+        for sub in list(peer.downstreams.values()):
+            self._cancel(sub, reset_streams=False)
+        for track in list(self.tracks.values()):
+            track.waiting = [(p, m) for p, m in track.waiting if p is not peer]
+            self._drop_idle(track.name)
+
+    def _upstream_over(self, track: Track) -> None:
+        """The upstream ended or left; subscriptions end once its streams have."""
+        if track.live_streams:
+            return
+        upstream = track.upstream
+        if upstream is not None and track.upstream_request is not None:
+            upstream.upstreams.pop(track.upstream_request, None)
+        track.upstream = track.upstream_request = None
+        track.upstream_ready = track.pushed = False
+        waiting, track.waiting = track.waiting, []
+        for subscriber, subscribe in waiting:
+            if not subscriber.gone:
+                self._session(subscriber).reject(
+                    subscribe.request_id, SubscribeErrorCode.INTERNAL_ERROR, "the publisher left"
+                )
+        status, reason = track.done or (PublishDoneStatus.TRACK_ENDED, "")
+        track.done = None
+        for sub in list(track.subscribers):
+            if sub.live:
+                self._end(sub, status, reason)
+        self._drop_idle(track.name)
+
+    # ------------------------------------------------------------------------------------
+    # The outbox.
+
+    def _enqueue(self, peer: Peer, item: _Item) -> None:
+        if peer.gone:
+            return
+        size = _item_size(item)
+        over = size and peer.outbox and peer.queued_bytes + size > self.limits.max_queued_bytes
+        if over and isinstance(item, _Send):
+            sub = item.sub
+            self._purge(peer, lambda queued: getattr(queued, "sub", None) is sub)
+            sub.ending = True
+            self._send_done(sub, PublishDoneStatus.TOO_FAR_BEHIND, "subscriber too far behind")
+            return
+        if over and isinstance(item, _FetchSend):
+            fetch = item.fetch
+            self._purge(peer, lambda queued: getattr(queued, "fetch", None) is fetch)
+            self._end_fetch(fetch, reset=True)
+            return
+        peer.outbox.append(item)
+        peer.queued_bytes += size
+        self._flush(peer)
+
+    def _flush(self, peer: Peer) -> None:
+        """Write queued items while the connection has room; items may queue more."""
+        if peer.flushing:
+            return
+        peer.flushing = True
+        try:
+            while peer.outbox and not peer.link.backlogged() and not peer.gone:
+                item = peer.outbox[0]
+                done = self._run(item)
+                if done and peer.outbox and peer.outbox[0] is item:  # a purge may have run
+                    peer.outbox.popleft()
+                    peer.queued_bytes -= _item_size(item)
+                self._dirty.add(peer)
+        finally:
+            peer.flushing = False
+        if peer.outbox and not peer.waiting_drain and not peer.gone:
+            peer.waiting_drain = True
+            peer.link.wake_when_drained()
+
+    def _purge(self, peer: Peer, belongs: object) -> None:
+        keep = deque(item for item in peer.outbox if not belongs(item))  # type: ignore[operator]
+        peer.outbox = keep
+        peer.queued_bytes = sum(_item_size(item) for item in keep)
+
+    def _run(self, item: _Item) -> bool:
+        """Write (part of) one item; True when it is done."""
+        if isinstance(item, _Send):
+            if item.sub.peer.downstreams.get(item.sub.request_id) is item.sub:
+                self._write(item.sub, item.group_id, item.obj)
+        elif isinstance(item, _EndStream):
+            sub, key = item.sub, item.key
+            if item.reset:
+                self._end_stream(sub, key, reset=True)
+            elif sub.live or key in sub.streams:  # a replay that has not got here FINs it itself
+                self._write_group(sub, key[0], key[1])
+        elif isinstance(item, _Replay):
+            return self._replay_step(item)
+        elif isinstance(item, _Done):
+            self._send_done(item.sub, item.status, item.reason)
+        elif isinstance(item, _FetchReplay):
+            return self._fetch_replay_step(item)
+        elif isinstance(item, _FetchSend):
+            self._write_fetch(item.fetch, item.group_id, item.obj)
+        else:
+            self._end_fetch(item.fetch, item.reset)
+        return True
+
+    def _write(self, sub: Downstream, group_id: int, obj: TrackObject) -> None:
+        key = (group_id, obj.subgroup_id)
+        stream = sub.streams.get(key)
+        session = self._session(sub.peer)
+        if stream is None:
+            stream_id = session.open_subgroup(
+                sub.request_id,
+                group_id,
+                obj.subgroup_id,
+                obj.publisher_priority,
+                extensions=True,
+            )
+            stream = sub.streams[key] = _Stream(stream_id)
+        elif stream.stopped or obj.object_id <= stream.last_object:
+            return
+        session.send_object(
+            stream.stream_id,
+            obj.object_id,
+            obj.payload,
+            status=obj.status,
+            extensions=obj.extensions,
+        )
+        stream.last_object = obj.object_id
+
+    def _write_group(self, sub: Downstream, group_id: int, subgroup: int | None = None) -> None:
+        """Cached objects of a group the subscriber wants and lacks; FIN what upstream ended."""
+        group = self.cache.group(sub.track.name, group_id)
+        if group is not None:
+            for obj in group.ordered():
+                if (subgroup is None or obj.subgroup_id == subgroup) and sub.wants(
+                    Location(group_id, obj.object_id)
+                ):
+                    self._write(sub, group_id, obj)
+        live = set(sub.track.live_streams.values())
+        for key in [k for k in sub.streams if k[0] == group_id and k not in live]:
+            if subgroup is None or key[1] == subgroup:
+                self._end_stream(sub, key, reset=False)
+
+    def _end_stream(self, sub: Downstream, key: tuple[int, int], reset: bool) -> None:
+        stream = sub.streams.pop(key, None)
+        if stream is None or stream.stopped:
+            return
+        session = self._session(sub.peer)
+        if reset:
+            session.reset_stream(stream.stream_id, StreamResetCode.INTERNAL_ERROR)
+        else:
+            session.end_stream(stream.stream_id)
+
+    def _replay_step(self, item: _Replay) -> bool:
+        sub = item.sub
+        if sub.peer.downstreams.get(sub.request_id) is not sub or sub.ending:
+            return True
+        if not item.groups:
+            item.groups.extend(self.cache.group_ids(sub.track.name, item.cursor, sub.end_group))
+            if not item.groups:
+                self._caught_up(sub)
+                return True
+        group_id = item.groups.popleft()
+        item.cursor = group_id + 1
+        self._write_group(sub, group_id)
+        return False
+
+    def _caught_up(self, sub: Downstream) -> None:
+        """A replay reached the live edge: top up the groups still in flight, then go live."""
+        for group_id in sorted({g for g, _ in sub.track.live_streams.values()}):
+            self._write_group(sub, group_id)
+        sub.live = True
+        largest = self._largest(sub.track)
+        if sub.end_group is not None and largest is not None and largest.group > sub.end_group:
+            self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")
+        elif sub.track.upstream is None:
+            self._end(sub, PublishDoneStatus.TRACK_ENDED, "served from the cache")
+
+    def _end(self, sub: Downstream, status: int, reason: str) -> None:
+        """End a subscription once what is queued before it has gone out."""
+        if not sub.ending:
+            sub.ending = True
+            self._enqueue(sub.peer, _Done(sub, status, reason))
+
+    def _send_done(self, sub: Downstream, status: int, reason: str) -> None:
+        if sub.peer.downstreams.pop(sub.request_id, None) is not sub:
+            return
+        reset = status == PublishDoneStatus.TOO_FAR_BEHIND
+        for key in list(sub.streams):
+            self._end_stream(sub, key, reset)
+        self._session(sub.peer).publish_done(sub.request_id, status, reason)
+        self._detach(sub)
+
+    def _cancel(self, sub: Downstream, *, reset_streams: bool) -> None:
+        """The subscriber left or unsubscribed: forget it and stop its streams."""
+        peer = sub.peer
+        peer.downstreams.pop(sub.request_id, None)
+        if not peer.gone:
+            self._purge(peer, lambda item: getattr(item, "sub", None) is sub)
+            if reset_streams:
+                for stream in sub.streams.values():
+                    if not stream.stopped:
+                        self._session(peer).reset_stream(
+                            stream.stream_id, StreamResetCode.CANCELLED
+                        )
+        sub.streams.clear()
+        self._detach(sub)
+
+    def _detach(self, sub: Downstream) -> None:
+        """Forget a subscription. The upstream one lingers: it keeps filling the cache for
+        decoders that come later (see ``_track`` for when it goes)."""
+        track = sub.track
+        if sub in track.subscribers:
+            track.subscribers.remove(sub)
+        self._drop_idle(track.name)
+
+    def _write_fetch(self, fetch: DownstreamFetch, group_id: int, obj: TrackObject) -> None:
+        if fetch.peer.fetches.get(fetch.request_id) is not fetch:
+            return
+        session = self._session(fetch.peer)
+        if fetch.stream_id is None:
+            fetch.stream_id = session.open_fetch_stream(fetch.request_id)
+        session.send_fetch_object(
+            fetch.stream_id,
+            group_id,
+            obj.subgroup_id,
+            obj.object_id,
+            obj.payload,
+            publisher_priority=obj.publisher_priority,
+            status=obj.status,
+            extensions=obj.extensions,
+        )
+
+    def _fetch_replay_step(self, item: _FetchReplay) -> bool:
+        fetch = item.fetch
+        if not item.groups:
+            self._end_fetch(fetch, reset=False)
+            return True
+        group_id = item.groups.popleft()
+        group = self.cache.group(fetch.track, group_id)
+        for obj in group.ordered() if group is not None else ():
+            if fetch.start <= Location(group_id, obj.object_id) <= fetch.end:
+                self._write_fetch(fetch, group_id, obj)
+        return False
+
+    def _end_fetch(self, fetch: DownstreamFetch, reset: bool) -> None:
+        if fetch.peer.fetches.pop(fetch.request_id, None) is not fetch:
+            return
+        session = self._session(fetch.peer)
+        if fetch.stream_id is None and not reset:
+            fetch.stream_id = session.open_fetch_stream(fetch.request_id)
+        if fetch.stream_id is None:
+            return
+        if reset:
+            session.reset_stream(fetch.stream_id, StreamResetCode.INTERNAL_ERROR)
+        else:
+            session.end_stream(fetch.stream_id)
+
+    # ------------------------------------------------------------------------------------
+    # Helpers.
+
+    def _session(self, peer: Peer) -> MoqtSession:
+        """The peer's session, noted as written to (transmitted after this event)."""
+        self._dirty.add(peer)
+        return peer.session
+
+    def _transmit(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for peer in dirty:
+            if not peer.gone:
+                peer.link.transmit()
+
+    def _track(self, name: FullTrackName) -> Track | None:
+        """The relay's track ``name``, created if there is room (made by ending a lingering
+        upstream subscription nobody reads any more, if need be)."""
+        track = self.tracks.get(name)
+        if track is None and len(self.tracks) >= self.limits.max_tracks:
+            self._end_one_lingering()
+        if track is None and len(self.tracks) < self.limits.max_tracks:
+            track = self.tracks[name] = Track(name)
+        return track
+
+    def _end_one_lingering(self) -> None:
+        for track in self.tracks.values():
+            upstream, request_id = track.upstream, track.upstream_request
+            if (
+                upstream is not None
+                and request_id is not None
+                and track.upstream_ready
+                and not track.pushed
+                and not track.subscribers
+                and not track.waiting
+            ):
+                del upstream.upstreams[request_id]
+                self._session(upstream).unsubscribe(request_id)
+                track.upstream = track.upstream_request = None
+                track.upstream_ready = False
+                track.live_streams.clear()
+                self._drop_idle(track.name)
+                return
+
+    def _drop_idle(self, name: FullTrackName) -> None:
+        track = self.tracks.get(name)
+        if (
+            track is not None
+            and track.upstream is None
+            and not track.subscribers
+            and not track.waiting
+            and not track.live_streams
+        ):
+            del self.tracks[name]
+
+    def _largest(self, track: Track) -> Location | None:
+        cached = self.cache.largest(track.name)
+        if track.largest is None or (cached is not None and cached > track.largest):
+            return cached
+        return track.largest
+
+    def _publisher_of(self, name: FullTrackName) -> Peer | None:
+        track = self.tracks.get(name)
+        if track is not None and track.upstream is not None and track.upstream_ready:
+            return track.upstream
+        return self.namespaces.route(name.namespace)
+
+    _HANDLERS: ClassVar[dict[type[ev.MoqtEvent], Callable[[Relay, Peer, Any], None]]] = {
+        ev.NamespacePublished: _on_namespace_published,
+        ev.NamespacePublishDone: _on_namespace_done,
+        ev.NamespacePublishCancelled: _on_namespace_cancelled,
+        ev.NamespaceSubscribeRequested: _on_namespace_subscribe,
+        ev.NamespaceUnsubscribed: _on_namespace_unsubscribed,
+        ev.SubscribeRequested: _on_subscribe,
+        ev.SubscribeUpdated: _on_subscribe_updated,
+        ev.Unsubscribed: _on_unsubscribed,
+        ev.PublishRequested: _on_publish,
+        ev.TrackStatusRequested: _on_track_status,
+        ev.FetchRequested: _on_fetch,
+        ev.FetchCancelled: _on_fetch_cancelled,
+        ev.RequestAccepted: _on_upstream_accepted,
+        ev.RequestRejected: _on_upstream_rejected,
+        ev.SubscriptionEnded: _on_publish_ended,
+        ev.ObjectReceived: _on_object,
+        ev.DataStreamEnded: _on_stream_ended,
+        ev.DataStreamReset: _on_stream_ended,
+        ev.DataStreamStopped: _on_stream_stopped,
+        ev.SessionClosed: _on_closed,
+    }
+
+
+def _window(filter: SubscriptionFilter, largest: Location | None) -> tuple[Location, int | None]:
+    """Where a subscription starts and its last group (None: open-ended)."""
+    if filter.start is not None:
+        return filter.start, filter.end_group
+    if largest is None:
+        return _START, None
+    if filter.filter_type == FilterType.NEXT_GROUP_START:
+        return Location(largest.group + 1, 0), None
+    return Location(largest.group, largest.object + 1), None
+
+
+def _end_object(end: Location) -> int | None:
+    return None if end.object == _LAST_OBJECT else end.object
+
+
+def _known_order(order: int) -> GroupOrder:
+    """Replies may only say ascending or descending; anything else counts as ascending."""
+    return GroupOrder.DESCENDING if order == GroupOrder.DESCENDING else GroupOrder.ASCENDING

@@ -1,0 +1,105 @@
+"""Which peer publishes which namespace, and which peers asked to hear of which prefixes.
+
+Kept apart from the relay's session handling so the routing rules (longest matching prefix
+wins; the newest publisher of a namespace wins; a namespace is gone only when its last
+publisher is) are plain data, generic over whatever the relay uses to name a peer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+Namespace = tuple[bytes, ...]
+P = TypeVar("P", bound=Hashable)
+
+
+class RoutingLimitExceeded(Exception):
+    """A peer asked the relay to remember more namespaces or prefixes than it allows."""
+
+
+def has_prefix(namespace: Namespace, prefix: Namespace) -> bool:
+    """Whether ``prefix`` is a leading run of whole fields of ``namespace`` (() matches all)."""
+    return namespace[: len(prefix)] == prefix
+
+
+class NamespaceTable(Generic[P]):
+    def __init__(self, max_namespaces: int, max_prefixes_per_peer: int) -> None:
+        self.max_namespaces = max_namespaces
+        self.max_prefixes_per_peer = max_prefixes_per_peer
+        self._publishers: dict[Namespace, list[P]] = {}
+        self._prefixes: dict[P, set[Namespace]] = {}
+
+    # Publishers.
+
+    def add_publisher(self, namespace: Namespace, peer: P) -> bool:
+        """Record ``peer`` as a publisher of ``namespace``; True if the namespace is new."""
+        peers = self._publishers.get(namespace)
+        if peers is None:
+            if len(self._publishers) >= self.max_namespaces:
+                raise RoutingLimitExceeded(f"the relay holds {self.max_namespaces} namespaces")
+            self._publishers[namespace] = [peer]
+            return True
+        if peer in peers:
+            peers.remove(peer)
+        peers.append(peer)
+        return False
+
+    def remove_publisher(self, namespace: Namespace, peer: P) -> bool:
+        """Forget that ``peer`` publishes ``namespace``; True if nobody publishes it any more."""
+        peers = self._publishers.get(namespace)
+        if peers is None or peer not in peers:
+            return False
+        peers.remove(peer)
+        if peers:
+            return False
+        del self._publishers[namespace]
+        return True
+
+    def route(self, namespace: Namespace) -> P | None:
+        """The newest publisher of the longest published prefix of ``namespace``."""
+        for length in range(len(namespace), 0, -1):
+            peers = self._publishers.get(namespace[:length])
+            if peers:
+                return peers[-1]
+        return None
+
+    def publishers(self, namespace: Namespace) -> list[P]:
+        return list(self._publishers.get(namespace, ()))
+
+    def published_under(self, prefix: Namespace) -> list[Namespace]:
+        return [ns for ns in self._publishers if has_prefix(ns, prefix)]
+
+    def published_by(self, peer: P) -> list[Namespace]:
+        return [ns for ns, peers in self._publishers.items() if peer in peers]
+
+    def is_published(self, namespace: Namespace) -> bool:
+        return namespace in self._publishers
+
+    # Namespace subscribers.
+
+    def add_prefix(self, peer: P, prefix: Namespace) -> None:
+        prefixes = self._prefixes.setdefault(peer, set())
+        if prefix not in prefixes and len(prefixes) >= self.max_prefixes_per_peer:
+            raise RoutingLimitExceeded(f"a peer may follow {self.max_prefixes_per_peer} prefixes")
+        prefixes.add(prefix)
+
+    def remove_prefix(self, peer: P, prefix: Namespace) -> None:
+        prefixes = self._prefixes.get(peer)
+        if prefixes is not None:
+            prefixes.discard(prefix)
+            if not prefixes:
+                del self._prefixes[peer]
+
+    def interested_in(self, namespace: Namespace) -> list[P]:
+        """Peers following a prefix of ``namespace``."""
+        return [
+            peer
+            for peer, prefixes in self._prefixes.items()
+            if any(has_prefix(namespace, prefix) for prefix in prefixes)
+        ]
+
+    def remove_peer(self, peer: P) -> list[Namespace]:
+        """Forget everything about ``peer``; returns the namespaces nobody publishes any more."""
+        self._prefixes.pop(peer, None)
+        return [ns for ns in self.published_by(peer) if self.remove_publisher(ns, peer)]

@@ -1,0 +1,336 @@
+"""The relay process end to end: routing, fan-out, namespaces, the cache, FETCH, slow peers.
+
+Every test runs a real `kvmoq relay` process and real MoQT sessions over QUIC on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+
+from sidecar.moqt import transport
+from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode
+from sidecar.moqt.events import (
+    DataStreamEnded,
+    FetchRequested,
+    GoawayReceived,
+    NamespacePublishDone,
+    NamespacePublished,
+    ObjectReceived,
+    RequestAccepted,
+    RequestRejected,
+    SubscribeRequested,
+    SubscriptionEnded,
+)
+from sidecar.moqt.messages import FilterType, StandaloneFetch, SubscriptionFilter
+from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_relay_harness import (
+    REPO,
+    Client,
+    RelayProcess,
+    accept,
+    payload,
+    running_relay,
+    send_groups,
+    settings_for,
+)
+
+NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-1")
+TRACK = FullTrackName(NAMESPACE, b"fp16")
+FROM_START = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("relay-cert"))
+
+
+@pytest.fixture
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(main(), 60)
+
+    transport.run(bounded())
+
+
+class Sessions:
+    """Opens client sessions to one relay and closes them all at the end."""
+
+    def __init__(self, relay: RelayProcess, cert: CertificatePaths) -> None:
+        self.relay, self.cert = relay, cert
+        self._contexts: list[object] = []
+
+    async def open(self, **settings: object) -> Client:
+        client = Client()
+        context = transport.connect(
+            self.relay.url, settings_for(self.cert, **settings), client.attach
+        )
+        await context.__aenter__()
+        self._contexts.append(context)
+        return client
+
+    async def close(self, client: Client) -> None:
+        assert client.connection is not None
+        client.connection.close()
+        await client.connection.wait_closed()
+
+    async def __aenter__(self) -> Sessions:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for context in reversed(self._contexts):
+            await context.__aexit__(None, None, None)  # type: ignore[attr-defined]
+
+
+async def announce(publisher: Client, namespace: tuple[bytes, ...] = NAMESPACE) -> None:
+    request_id = publisher.moqt.publish_namespace(namespace)
+    publisher.send()
+    await publisher.next(RequestAccepted, lambda e: e.request_id == request_id)
+
+
+async def subscribe(client: Client, filter: SubscriptionFilter = FROM_START) -> int:
+    request_id = client.moqt.subscribe(TRACK, filter=filter)
+    client.send()
+    await client.next(RequestAccepted, lambda e: e.request_id == request_id)
+    return request_id
+
+
+def received(client: Client, request_id: int) -> list[tuple[int, int, bytes]]:
+    return sorted((e.group_id, e.object_id, e.payload) for e in client.objects(request_id))
+
+
+def expected(groups: int, objects: int, size: int) -> list[tuple[int, int, bytes]]:
+    return [(g, o, payload(g, o, size)) for g in range(groups) for o in range(objects)]
+
+
+def test_prints_its_url_and_leaves_on_sigterm_with_goaway(cert: CertificatePaths) -> None:
+    with running_relay(cert) as relay:
+
+        async def main() -> None:
+            async with Sessions(relay, cert) as sessions:
+                client = await sessions.open()
+                relay.process.send_signal(15)
+                await client.next(GoawayReceived)
+
+        run(main)
+        assert relay.process.wait(15) == 0
+
+
+def test_one_upstream_subscription_fans_out_to_every_subscriber(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            await announce(publisher)
+            decoders = [await sessions.open() for _ in range(3)]
+            first = decoders[0].moqt.subscribe(TRACK)
+            decoders[0].send()
+            upstream = accept(publisher, await publisher.next(SubscribeRequested))
+            await decoders[0].next(RequestAccepted, lambda e: e.request_id == first)
+            request_ids = [first]
+            for decoder in decoders[1:]:
+                request_ids.append(await subscribe(decoder, SubscriptionFilter()))
+            sent = await send_groups(publisher, upstream, groups=3, objects=4, size=5000)
+            for decoder, request_id in zip(decoders, request_ids, strict=True):
+                await decoder.until(lambda d=decoder, r=request_id: len(d.objects(r)) == sent)
+                assert received(decoder, request_id) == expected(3, 4, 5000)
+            assert len(publisher.of(SubscribeRequested)) == 1
+
+    run(main)
+
+
+def test_late_decoders_load_past_groups_from_the_cache(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Prefill publishes once; decoders arriving later, even after it left, get every group."""
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            prefill = await sessions.open()
+            await announce(prefill)
+            first = await sessions.open()
+            request_id = first.moqt.subscribe(TRACK, filter=FROM_START)
+            first.send()
+            upstream = accept(prefill, await prefill.next(SubscribeRequested))
+            sent = await send_groups(prefill, upstream, groups=6, objects=3, size=20_000)
+            await first.until(lambda: len(first.objects(request_id)) == sent)
+
+            second = await sessions.open()
+            second_id = await subscribe(second)
+            await second.until(lambda: len(second.objects(second_id)) == sent, "cached objects")
+            assert received(second, second_id) == expected(6, 3, 20_000)
+
+            await sessions.close(prefill)
+            await first.next(SubscriptionEnded)
+            third = await sessions.open()
+            third_id = await subscribe(third)
+            ended = await third.next(SubscriptionEnded, lambda e: e.request_id == third_id)
+            assert ended.message.status_code == PublishDoneStatus.TRACK_ENDED
+            await third.until(lambda: len(third.objects(third_id)) == sent)
+            assert received(third, third_id) == expected(6, 3, 20_000)
+
+            fetch_id = third.moqt.fetch(StandaloneFetch(TRACK, Location(2, 1), 4, None))
+            third.send()
+            await third.next(DataStreamEnded, lambda e: e.request_id == fetch_id)
+            fetched = [(g, o, p) for g, o, p in expected(6, 3, 20_000) if (2, 1) <= (g, o) < (5, 0)]
+            assert received(third, fetch_id) == fetched
+            assert len(prefill.of(SubscribeRequested)) == 1
+            assert sent == 6 * 3
+
+    run(main)
+
+
+def test_fetch_goes_upstream_once_then_comes_from_the_cache(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            await announce(publisher)
+            decoder = await sessions.open()
+            target = StandaloneFetch(TRACK, Location(0, 0), 1, None)
+            first = decoder.moqt.fetch(target)
+            decoder.send()
+            request = (await publisher.next(FetchRequested)).message
+            moqt = publisher.moqt
+            moqt.fetch_ok(request.request_id, Location(1, 2))
+            stream = moqt.open_fetch_stream(request.request_id)
+            for group in range(2):
+                for obj in range(3):
+                    moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
+            moqt.end_stream(stream)
+            publisher.send()
+            await decoder.next(DataStreamEnded, lambda e: e.request_id == first)
+            assert received(decoder, first) == expected(2, 3, 3000)
+
+            again = decoder.moqt.fetch(target)
+            decoder.send()
+            await decoder.next(DataStreamEnded, lambda e: e.request_id == again)
+            assert received(decoder, again) == expected(2, 3, 3000)
+            assert len(publisher.of(FetchRequested)) == 1
+
+    run(main)
+
+
+def test_unknown_tracks_and_empty_ranges_are_refused(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            client = await sessions.open()
+            subscribe_id = client.moqt.subscribe(TRACK)
+            fetch_id = client.moqt.fetch(StandaloneFetch(TRACK, Location(0, 0), 3, None))
+            client.send()
+            refused = await client.next(RequestRejected, lambda e: e.request_id == subscribe_id)
+            assert refused.message.error_code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+            refused = await client.next(RequestRejected, lambda e: e.request_id == fetch_id)
+            assert refused.message.error_code == FetchErrorCode.NO_OBJECTS
+
+    run(main)
+
+
+def test_namespace_subscribers_hear_of_publishers_coming_and_going(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    other = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-2")
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            early = await sessions.open()
+            await announce(early)
+            follower = await sessions.open()
+            request_id = follower.moqt.subscribe_namespace(NAMESPACE[:2])
+            follower.send()
+            await follower.next(RequestAccepted, lambda e: e.request_id == request_id)
+            await follower.next(NamespacePublished, lambda e: e.message.namespace == NAMESPACE)
+
+            late = await sessions.open()
+            await announce(late, other)
+            await follower.next(NamespacePublished, lambda e: e.message.namespace == other)
+            await announce(late, (b"elsewhere",))
+
+            await sessions.close(late)
+            await follower.next(NamespacePublishDone, lambda e: e.namespace == other)
+            assert not follower.of(
+                NamespacePublished, lambda e: e.message.namespace == (b"elsewhere",)
+            )
+            assert not follower.of(NamespacePublishDone, lambda e: e.namespace == NAMESPACE)
+
+    run(main)
+
+
+def test_a_subscriber_that_stops_reading_is_dropped_alone(cert: CertificatePaths) -> None:
+    """A stalled subscriber gets TOO_FAR_BEHIND; the relay stays up and its cache intact."""
+    namespace = json.dumps([part.decode() for part in NAMESPACE])
+    with running_relay(cert, "--max-queued-bytes", str(1 << 20)) as relay:
+        argv = [sys.executable, "-m", "tests.moqt.test_relay_harness", relay.url, str(cert.cert)]
+        stalled: list[subprocess.Popen[str]] = []
+
+        async def main() -> None:
+            async with Sessions(relay, cert) as sessions:
+                publisher = await sessions.open()
+                await announce(publisher)
+                process = subprocess.Popen(
+                    [*argv, namespace, TRACK.name.decode()],
+                    cwd=REPO,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                stalled.append(process)
+                assert process.stdout is not None
+                upstream = accept(publisher, await publisher.next(SubscribeRequested))
+                ready = await asyncio.to_thread(process.stdout.readline)
+                assert json.loads(ready) == {"event": "ready"}
+                process.send_signal(signal.SIGSTOP)
+                # More than the relay's QUIC backlog (8 MiB) plus its queue (1 MiB).
+                sent = await send_groups(publisher, upstream, groups=12, objects=16, size=65_536)
+                late = await sessions.open()
+                late_id = await subscribe(late)
+                await late.until(lambda: len(late.objects(late_id)) == sent, "cached objects")
+                assert received(late, late_id) == expected(12, 16, 65_536)
+                process.send_signal(signal.SIGCONT)
+                ended = json.loads(await asyncio.to_thread(process.stdout.readline))
+                assert ended == {"event": "ended", "status": PublishDoneStatus.TOO_FAR_BEHIND}
+                assert len(publisher.of(SubscribeRequested)) == 1
+
+        try:
+            run(main)
+        finally:
+            for process in stalled:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait()
+
+
+def test_a_published_track_reaches_subscribers(relay: RelayProcess, cert: CertificatePaths) -> None:
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            request_id = publisher.moqt.publish(TRACK)
+            publisher.send()
+            await publisher.next(RequestAccepted, lambda e: e.request_id == request_id)
+            decoder = await sessions.open()
+            sub_id = await subscribe(decoder, SubscriptionFilter())
+            moqt = publisher.moqt
+            stream = moqt.open_subgroup(request_id, 0)
+            for obj in range(3):
+                moqt.send_object(stream, obj, payload(0, obj, 100), end_stream=obj == 2)
+            publisher.send()
+            await decoder.until(lambda: len(decoder.objects(sub_id)) == 3)
+            assert received(decoder, sub_id) == expected(1, 3, 100)
+            assert all(isinstance(e, ObjectReceived) for e in decoder.objects(sub_id))
+
+    run(main)

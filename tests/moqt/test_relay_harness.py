@@ -1,0 +1,203 @@
+"""A real `kvmoq relay` process and MoQT clients that record what reaches them.
+
+Shared by the relay tests (no tests here). The relay always runs as its own process,
+started the way an operator starts it, so the tests cover the command line, the listening
+line and SIGTERM as well as the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sidecar.moqt import transport
+from sidecar.moqt.events import (
+    MoqtEvent,
+    ObjectReceived,
+    RequestAccepted,
+    SubscribeRequested,
+    SubscriptionEnded,
+)
+from sidecar.moqt.model import FullTrackName
+from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.session import MoqtSession
+from sidecar.moqt.tls import CertificatePaths
+from tests.moqt.test_transport import free_udp_port
+
+HOST = "127.0.0.1"
+WAIT_S = 15.0
+REPO = Path(__file__).resolve().parents[2]
+
+E = TypeVar("E", bound=MoqtEvent)
+
+
+@dataclass
+class RelayProcess:
+    process: subprocess.Popen[str]
+    url: str
+
+    def stop(self) -> int:
+        """SIGTERM, as an operator would; the exit status once it is gone."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(15)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+@contextmanager
+def running_relay(cert: CertificatePaths, *flags: str) -> Iterator[RelayProcess]:
+    """`python -m sidecar.cli relay` on a free port; yields once it printed its URL."""
+    port = free_udp_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "sidecar.cli",
+        "relay",
+        "--listen",
+        f"{HOST}:{port}",
+        "--cert",
+        str(cert.cert),
+        "--key",
+        str(cert.key),
+        "--max-datagram-size",
+        "16384",
+        *flags,
+    ]
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "KVMOQ_LOG_LEVEL": "info"},
+        )
+        relay = RelayProcess(process, f"moqt://{HOST}:{port}")
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline().strip()
+            assert line == f"listening on {relay.url}", f"relay said {line!r}"
+            yield relay
+        finally:
+            relay.stop()
+            log.seek(0)
+            print("--- relay log (tail)", *log.readlines()[-40:], sep="\n")  # shown on failure
+
+
+class Client:
+    """One MoQT session to the relay that records every event it gets."""
+
+    def __init__(self) -> None:
+        self.events: list[MoqtEvent] = []
+        self._changed = asyncio.Event()
+        self.connection: transport.MoqtConnection | None = None
+
+    def attach(self, connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
+        self.connection = connection
+        return self._record
+
+    def _record(self, event: MoqtEvent) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    @property
+    def moqt(self) -> MoqtSession:
+        assert self.connection is not None
+        return self.connection.session
+
+    def send(self) -> None:
+        assert self.connection is not None
+        self.connection.transmit()
+
+    def of(self, kind: type[E], where: Callable[[E], bool] = lambda _: True) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind) and where(e)]
+
+    async def until(
+        self, condition: Callable[[], bool], what: str = "", timeout: float = WAIT_S
+    ) -> None:
+        async def wait() -> None:
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
+
+        try:
+            await asyncio.wait_for(wait(), timeout)
+        except TimeoutError:
+            names = [type(e).__name__ for e in self.events[-20:]]
+            raise AssertionError(f"timed out waiting for {what}; last events {names}") from None
+
+    async def next(self, kind: type[E], where: Callable[[E], bool] = lambda _: True) -> E:
+        await self.until(lambda: bool(self.of(kind, where)), kind.__name__)
+        return self.of(kind, where)[0]
+
+    def objects(self, request_id: int) -> list[ObjectReceived]:
+        return self.of(ObjectReceived, lambda e: e.request_id == request_id)
+
+
+def settings_for(cert: CertificatePaths, **overrides: Any) -> QuicSettings:
+    return QuicSettings.loopback(ca_file=cert.cert, **overrides)
+
+
+def payload(group: int, obj: int, size: int) -> bytes:
+    """Distinct bytes per object, so a misplaced or corrupted object shows."""
+    head = f"{group}:{obj}:".encode()
+    return (head * (size // len(head) + 1))[:size]
+
+
+def accept(publisher: Client, request: SubscribeRequested) -> int:
+    """Answer the relay's SUBSCRIBE; returns its request id, to send objects with."""
+    publisher.moqt.subscribe_ok(request.message.request_id)
+    publisher.send()
+    return request.message.request_id
+
+
+async def send_groups(
+    publisher: Client, request_id: int, groups: int, objects: int, size: int
+) -> int:
+    """Send groups x objects on an accepted subscription, one stream per group; the count."""
+    moqt = publisher.moqt
+    sent = 0
+    for group in range(groups):
+        stream = moqt.open_subgroup(request_id, group)
+        for obj in range(objects):
+            moqt.send_object(stream, obj, payload(group, obj, size), end_stream=obj == objects - 1)
+            sent += 1
+        publisher.send()
+        assert publisher.connection is not None
+        await publisher.connection.drain()
+    return sent
+
+
+async def _subscribe_and_report(url: str, ca: str, namespace: str, name: str) -> None:
+    """Subscribe to one track and print JSON lines: ready, then how the subscription ended."""
+    client = Client()
+    settings = QuicSettings.loopback(ca_file=Path(ca))
+    async with transport.connect(url, settings, client.attach):
+        track = FullTrackName(tuple(f.encode() for f in json.loads(namespace)), name.encode())
+        request_id = client.moqt.subscribe(track)
+        client.send()
+        await client.next(RequestAccepted, lambda e: e.request_id == request_id)
+        print(json.dumps({"event": "ready"}), flush=True)
+        await client.until(lambda: bool(client.of(SubscriptionEnded)), timeout=120)
+        ended = client.of(SubscriptionEnded)[0]
+        print(json.dumps({"event": "ended", "status": ended.message.status_code}), flush=True)
+
+
+if __name__ == "__main__":
+    # A subscriber in a process of its own, so a test can SIGSTOP it (a subscriber that
+    # stops reading) without stopping the publisher: python -m tests.moqt.test_relay_harness
+    # URL CA '["namespace", "fields"]' TRACK
+    transport.run(_subscribe_and_report(*sys.argv[1:5]))
