@@ -1,0 +1,51 @@
+"""`kvmoq bench codec` end to end on a short prompt: the figures it writes are the codecs' own."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.cli import main
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.layout import KVLayout
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+FIGURES = {"bits_per_element", "ratio_vs_fp16", "ppl", "kl", "top1", "encode_mbps", "decode_mbps"}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    path = Path(tmp_path_factory.mktemp("bench")) / "codec.json"
+    argv = ["bench", "codec", "--codecs", "fp16,int4", "--tokens", "320", "--context", "256"]
+    argv += ["--score", "64", "--repeats", "1", "--json", str(path)]
+    assert main(argv) == 0
+    return json.loads(path.read_text())
+
+
+def test_every_compression_has_every_figure(result: dict[str, Any]) -> None:
+    assert set(result["codecs"]) == {"fp16", "int4"}
+    for figures in [*result["codecs"].values(), result["baseline_cachegen"]]:
+        assert set(figures) >= FIGURES
+        assert all(math.isfinite(figures[key]) for key in FIGURES)
+        assert figures["encode_mbps"] > 0 and figures["decode_mbps"] > 0
+
+
+def test_sizes_are_the_payload_sizes(result: dict[str, Any]) -> None:
+    layout = KVLayout(num_layers=30, num_kv_heads=3, head_dim=64, dtype="float16")
+    int4 = result["codecs"]["int4"]
+    expected_bits = 8 * get_codec("int4").payload_size(layout) / layout.elements_per_token
+    assert int4["bits_per_element"] == pytest.approx(expected_bits)
+    assert int4["ratio_vs_fp16"] == pytest.approx(16 / expected_bits)
+
+
+def test_quality_orders_the_compressions(result: dict[str, Any]) -> None:
+    fp16, int4 = result["codecs"]["fp16"], result["codecs"]["int4"]
+    assert fp16["kl"] < 1e-4 and fp16["top1"] >= 0.98
+    assert fp16["ppl"] == pytest.approx(result["setup"]["reference_ppl"], rel=1e-3)
+    assert int4["kl"] > fp16["kl"]
+    assert result["baseline_cachegen"]["bits_per_element"] < 16
