@@ -97,3 +97,34 @@ def test_namespace_field_with_slash(start_peer: StartPeer, relay: str, sub: str)
     subscriber.expect_success(timeout=spec.timeout + 10)
 
     assert received(subscriber) == spec.expected()
+
+
+EXTENSIONS = "32=7,33=6b76"
+"""Object extension headers 0x20 = 7 and 0x21 = b"kv", types no one knows."""
+
+
+def extensions_seen(start_peer: StartPeer, relay: str) -> list[dict[str, object]]:
+    """The extension headers of every object, aiomoqt -> relay -> aiomoqt."""
+    spec = TrackSpec(namespace="kvtest/ext", groups=2, objects=2, sizes=[64])
+    _, _, subscriber = relay_chain(
+        start_peer, "aiomoqt", relay, "aiomoqt", spec, extensions=EXTENSIONS
+    )
+    subscriber.expect_success(timeout=spec.timeout + 10)
+    assert received(subscriber) == spec.expected()
+    return [event["extensions"] for event in subscriber.events("extensions")]
+
+
+@pytest.mark.interop
+def test_aiomoqt_relay_forwards_unknown_extensions(start_peer: StartPeer) -> None:
+    seen = extensions_seen(start_peer, "aiomoqt")
+
+    assert seen == [{"32": 7, "33": "6b76"}] * 4
+
+
+@pytest.mark.interop
+def test_moqrs_relay_replaces_extensions_with_its_timestamp(start_peer: StartPeer) -> None:
+    """moq-rs keeps no extension headers: it re-frames objects and stamps LOC time (0x10)."""
+    seen = extensions_seen(start_peer, "moqrs")
+
+    assert len(seen) == 4
+    assert all(set(extensions) == {"16"} for extensions in seen)

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from aiomoqt.types import MOQTRequestError
-from aiomoqt_session import draft14_client, open_session
+from aiomoqt_session import draft14_client
 from pattern import object_record
 from peer_io import client_parser, emit, fail
 
@@ -31,7 +31,7 @@ async def fetch(args: argparse.Namespace) -> int:
         emit("object", **object_record(msg.group_id, msg.object_id, bytes(msg.payload)))
         received += 1
 
-    async with open_session(draft14_client(args.url, args.ca)) as session:
+    async with draft14_client(args.url, args.ca).connect() as session:
         await session.client_session_init()
         emit("session", version=f"moq-transport-{session.negotiated_draft}")
         try:

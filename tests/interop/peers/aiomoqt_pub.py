@@ -15,7 +15,7 @@ from typing import Any
 
 from aiomoqt.delivery import SubgroupDelivery
 from aiomoqt.track import PublishedTrack
-from aiomoqt_session import draft14_client, open_session
+from aiomoqt_session import draft14_client
 from pattern import object_payload, object_size
 from peer_io import emit, publisher_parser
 
@@ -46,14 +46,16 @@ class PatternTrack(PublishedTrack):
                     emit("abandoned", alias=track_alias, group=group, object=obj)
                     return
                 payload = object_payload(args.seed, group, obj, object_size(args.sizes, obj))
-                await delivery.write(group, obj, payload, group_start=obj == 0)
+                await delivery.write(
+                    group, obj, payload, group_start=obj == 0, extensions=args.extensions or None
+                )
             delivery.end_group()
         await delivery.close()
         emit("produced", alias=track_alias, groups=args.groups, objects=args.objects)
 
 
 async def publish(args: argparse.Namespace) -> None:
-    async with open_session(draft14_client(args.url, args.ca)) as session:
+    async with draft14_client(args.url, args.ca).connect() as session:
         await session.client_session_init()
         emit("session", version=f"moq-transport-{session.negotiated_draft}")
         track = PatternTrack(session, args)

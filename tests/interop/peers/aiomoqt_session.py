@@ -7,8 +7,6 @@ so it is a fully independent QUIC stack as well as an independent MoQT one.
 from __future__ import annotations
 
 import os
-from contextlib import AbstractAsyncContextManager
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiomoqt.client import MOQTClient
@@ -17,7 +15,7 @@ DRAFT = 14
 
 
 def draft14_client(url: str, ca: str) -> MOQTClient:
-    """A raw-QUIC client offering draft-14 only, trusting `ca`.
+    """A raw-QUIC client offering draft-14 only, trusting `ca`; `.connect()` opens the session.
 
     SSLKEYLOGFILE (TLS secrets, for Wireshark) and QLOGDIR (qlog traces) are honoured so a
     failing run can be captured on the wire without changing the command line.
@@ -36,8 +34,3 @@ def draft14_client(url: str, ca: str) -> MOQTClient:
         keylog_filename=os.environ.get("SSLKEYLOGFILE"),
         qlog_dir=os.environ.get("QLOGDIR"),
     )
-
-
-def open_session(client: MOQTClient) -> AbstractAsyncContextManager[Any]:
-    """The session context; the caller still runs client_session_init() (SETUP)."""
-    return client.connect()

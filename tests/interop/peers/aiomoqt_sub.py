@@ -1,40 +1,48 @@
 """aiomoqt subscriber: SUBSCRIBEs with an AbsoluteStart {0,0} filter and prints every object.
 
-A SUBSCRIBE refused because the relay does not know the track yet (the publisher's
+Each object's extension headers follow it as an "extensions" event. A SUBSCRIBE refused because the relay does not know the track yet (the publisher's
 announcement may still be in flight) is retried until the timeout. Exits 0 after
 groups x objects objects, 1 on timeout.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from typing import Any
 
 from aiomoqt.track import SubscribedTrack
 from aiomoqt.types import FilterType, MOQTRequestError
-from aiomoqt_session import draft14_client, open_session
+from aiomoqt_session import draft14_client
 from pattern import object_record
-from peer_io import client_parser, emit, fail
+from peer_io import client_parser, emit, extensions_json, fail
 
 _RETRY_S = 0.2
 _FILTERS = {"absolute": FilterType.ABSOLUTE_START, "latest": FilterType.LATEST_OBJECT}
 
 
-async def receive(args) -> None:  # type: ignore[no-untyped-def]
+async def receive(args: argparse.Namespace) -> None:
     expected = args.groups * args.objects
     complete = asyncio.Event()
     received = 0
 
-    def on_object(msg, _size, _when, group_id, _subgroup_id) -> None:  # type: ignore[no-untyped-def]
+    def on_object(msg: Any, _size: int, _when: int, group_id: int, _subgroup: int | None) -> None:
         nonlocal received
         if msg.payload == b"" and msg.status:
             emit("status", group=group_id, object=msg.object_id, status=int(msg.status))
             return
         emit("object", **object_record(group_id, msg.object_id, bytes(msg.payload)))
+        emit(
+            "extensions",
+            group=group_id,
+            object=msg.object_id,
+            extensions=extensions_json(msg.extensions),
+        )
         received += 1
         if received == expected:
             complete.set()
 
-    async with open_session(draft14_client(args.url, args.ca)) as session:
+    async with draft14_client(args.url, args.ca).connect() as session:
         await session.client_session_init()
         emit("session", version=f"moq-transport-{session.negotiated_draft}")
         while True:

@@ -10,6 +10,7 @@ age), so a moq-lite subscriber that asks for group 0 onwards still gets every on
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 
@@ -21,7 +22,7 @@ from peer_io import emit, publisher_parser
 _KEEP_US = 3_600_000_000
 
 
-async def publish(args) -> None:
+async def publish(args: argparse.Namespace) -> None:
     client = moq.Client(
         args.url, tls_roots=[os.path.abspath(args.ca)], websocket_enabled=False, reconnect=False
     )

@@ -6,6 +6,7 @@ position in its group. Exits 0 after groups x objects objects, 1 on timeout.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 
@@ -17,7 +18,7 @@ from peer_io import client_parser, emit, fail
 _KEEP_US = 3_600_000_000
 
 
-async def receive(args) -> None:
+async def receive(args: argparse.Namespace) -> None:
     expected = args.groups * args.objects
     client = moq.Client(
         args.url, tls_roots=[os.path.abspath(args.ca)], websocket_enabled=False, reconnect=False

@@ -56,6 +56,24 @@ def client_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def extensions_arg(text: str) -> dict[int, int | bytes]:
+    """'32=7,33=6b76' -> {32: 7, 33: b"kv"}: even types carry an int, odd types hex bytes."""
+    extensions: dict[int, int | bytes] = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        kind = int(key, 0)
+        extensions[kind] = bytes.fromhex(value) if kind % 2 else int(value, 0)
+    return extensions
+
+
+def extensions_json(extensions: dict[int, int | bytes] | None) -> dict[str, int | str]:
+    """Extension headers as JSON: type as a decimal string, bytes as hex."""
+    return {
+        str(kind): value.hex() if isinstance(value, bytes) else value
+        for kind, value in sorted((extensions or {}).items())
+    }
+
+
 def publisher_parser(description: str) -> argparse.ArgumentParser:
     """Client arguments plus the pause between groups.
 
@@ -66,6 +84,12 @@ def publisher_parser(description: str) -> argparse.ArgumentParser:
     """
     parser = client_parser(description)
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between groups")
+    parser.add_argument(
+        "--extensions",
+        type=extensions_arg,
+        default={},
+        help="object extension headers to attach, e.g. 32=7,33=6b76 (odd types: hex bytes)",
+    )
     return parser
 
 
