@@ -1,0 +1,243 @@
+"""Hostile bytes at a real relay process over real QUIC: each bad session closes alone.
+
+A raw QUIC client completes SETUP, then sends malformed or truncated control messages or a
+bogus data stream. Every case must end with the relay closing that session with a MoQT error
+code (never INTERNAL_ERROR, never silence), while two bystander sessions, connected through
+the whole run on a loop of their own, keep exchanging objects and the cache stays intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sidecar.moqt import transport
+from sidecar.moqt.data import FetchHeader
+from sidecar.moqt.errors import SessionErrorCode
+from sidecar.moqt.events import DataStreamEnded, RequestAccepted, SubscribeRequested
+from sidecar.moqt.messages import DRAFT_14, ClientSetup, SetupParameters, StandaloneFetch
+from sidecar.moqt.model import Location
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.wire import Reader, encode_varint
+from tests.moqt import strategies
+from tests.moqt.test_relay import FROM_START, NAMESPACE, TRACK, expected, received
+from tests.moqt.test_relay_harness import (
+    HOST,
+    Client,
+    RelayProcess,
+    accept,
+    payload,
+    running_relay,
+    send_groups,
+    settings_for,
+)
+
+T = TypeVar("T")
+CASE_TIMEOUT_S = 15.0
+VALID_STREAM_TYPES = {0x05, *range(0x10, 0x16), *range(0x18, 0x1E)}
+# Codes a peer's garbage can legitimately earn; INTERNAL_ERROR would mean a relay bug.
+PEER_FAULTS = set(SessionErrorCode) - {SessionErrorCode.NO_ERROR, SessionErrorCode.INTERNAL_ERROR}
+
+
+class LoopThread:
+    """An event loop on its own thread, so sessions outlive each hypothesis example."""
+
+    def __init__(self) -> None:
+        self.loop = transport.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("fuzz-cert"))
+
+
+@pytest.fixture(scope="module")
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[LoopThread]:
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+async def hostile_session(
+    relay: RelayProcess, cert: CertificatePaths, unidirectional: bool, data: bytes, fin: bool
+) -> int:
+    """Set up a session by hand, send ``data`` on the control stream or a new uni stream,
+    and return the error code the relay closes the connection with."""
+    closed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    setup_answered = asyncio.Event()
+
+    def attach(endpoint: transport.QuicEndpoint) -> transport.QuicEventHandler:
+        def on_event(event: Any) -> None:
+            name = type(event).__name__
+            if name == "StreamDataReceived" and event.stream_id == 0:
+                setup_answered.set()
+            elif name == "ConnectionTerminated" and not closed.done():
+                closed.set_result(event.error_code)
+
+        return on_event
+
+    port = int(relay.url.rsplit(":", 1)[1])
+    async with transport.open_connection(HOST, port, settings_for(cert), attach) as endpoint:
+        quic = endpoint.quic
+        setup = ClientSetup((DRAFT_14,), SetupParameters(path=b"/", max_request_id=10))
+        quic.send_stream_data(quic.get_next_available_stream_id(False), setup.encode())
+        endpoint.transmit()
+        await asyncio.wait_for(setup_answered.wait(), CASE_TIMEOUT_S)
+        stream_id = quic.get_next_available_stream_id(True) if unidirectional else 0
+        quic.send_stream_data(stream_id, data, fin)
+        endpoint.transmit()
+        return await asyncio.wait_for(closed, CASE_TIMEOUT_S)
+
+
+@st.composite
+def lying_lengths(draw: st.DrawFn) -> bytes:
+    """A valid control message whose length field claims fewer bytes than its fields need."""
+    encoded = draw(strategies.messages).encode()
+    reader = Reader(encoded)
+    reader.varint()
+    head = encoded[: reader.pos]
+    payload = encoded[reader.pos + 2 :]
+    length = draw(st.integers(0, len(payload) - 1))
+    return head + length.to_bytes(2, "big") + payload[:length]
+
+
+@st.composite
+def bad_stream_types(draw: st.DrawFn) -> bytes:
+    stream_type = draw(st.integers(0, 0x3F).filter(lambda t: t not in VALID_STREAM_TYPES))
+    return encode_varint(stream_type) + draw(st.binary(max_size=40))
+
+
+@st.composite
+def truncated_subgroups(draw: st.DrawFn) -> bytes:
+    """A subgroup stream whose last object promises more payload than comes before FIN."""
+    header, objects = draw(strategies.subgroup_streams())
+    data = header.encode()
+    previous: int | None = None
+    for obj in objects:
+        data += obj.encode(header, previous)
+        previous = obj.object_id
+    promised = draw(st.integers(1, 5000))
+    given = draw(st.binary(max_size=promised - 1))
+    extensions = encode_varint(0) if header.extensions else b""
+    return data + encode_varint(0) + extensions + encode_varint(promised) + given
+
+
+def _fetch_header(request_id: int) -> bytes:
+    return FetchHeader(request_id).encode() + b"\x00\x00\x00\x80\x00\x01"
+
+
+class TestHostileInput:
+    def test_bad_sessions_close_alone(
+        self, relay: RelayProcess, cert: CertificatePaths, loop: LoopThread
+    ) -> None:
+        bystanders = loop.run(_start_bystanders(relay, cert))
+
+        def check(unidirectional: bool, data: bytes, fin: bool, codes: set[int]) -> None:
+            code = loop.run(hostile_session(relay, cert, unidirectional, data, fin))
+            assert code in codes, f"closed with {code:#x}"
+
+        violation = {SessionErrorCode.PROTOCOL_VIOLATION}
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(st.binary(max_size=300))
+        def garbage_then_fin(data: bytes) -> None:
+            check(False, data, True, PEER_FAULTS)
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(lying_lengths())
+        def control_lengths(data: bytes) -> None:
+            check(False, data, False, violation)
+
+        @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(bad_stream_types())
+        def stream_types(data: bytes) -> None:
+            check(True, data, False, violation)
+
+        @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(truncated_subgroups())
+        def subgroups(data: bytes) -> None:
+            check(True, data, True, violation)
+
+        @settings(max_examples=5, deadline=None)
+        @given(st.integers(0, 2**30))
+        def unknown_fetches(request_id: int) -> None:
+            check(True, _fetch_header(request_id), False, violation)
+
+        for case in (garbage_then_fin, control_lengths, stream_types, subgroups, unknown_fetches):
+            case()
+        loop.run(_bystanders_still_work(bystanders, relay, cert))
+
+
+class Bystanders:
+    def __init__(self, publisher: Client, subscriber: Client, upstream: int, sub_id: int) -> None:
+        self.publisher, self.subscriber = publisher, subscriber
+        self.upstream, self.sub_id = upstream, sub_id
+        self.contexts: list[Any] = []
+
+
+async def _open(relay: RelayProcess, cert: CertificatePaths, contexts: list[Any]) -> Client:
+    client = Client()
+    context = transport.connect(relay.url, settings_for(cert), client.attach)
+    await context.__aenter__()
+    contexts.append(context)
+    return client
+
+
+async def _start_bystanders(relay: RelayProcess, cert: CertificatePaths) -> Bystanders:
+    contexts: list[Any] = []
+    publisher = await _open(relay, cert, contexts)
+    request_id = publisher.moqt.publish_namespace(NAMESPACE)
+    publisher.send()
+    await publisher.next(RequestAccepted, lambda e: e.request_id == request_id)
+    subscriber = await _open(relay, cert, contexts)
+    sub_id = subscriber.moqt.subscribe(TRACK, filter=FROM_START)
+    subscriber.send()
+    upstream = accept(publisher, await publisher.next(SubscribeRequested))
+    sent = await send_groups(publisher, upstream, groups=3, objects=4, size=4000)
+    await subscriber.until(lambda: len(subscriber.objects(sub_id)) == sent)
+    bystanders = Bystanders(publisher, subscriber, upstream, sub_id)
+    bystanders.contexts = contexts
+    return bystanders
+
+
+async def _bystanders_still_work(
+    bystanders: Bystanders, relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    publisher, subscriber = bystanders.publisher, bystanders.subscriber
+    moqt = publisher.moqt
+    for group in (3, 4, 5):
+        stream = moqt.open_subgroup(bystanders.upstream, group)
+        for obj in range(4):
+            moqt.send_object(stream, obj, payload(group, obj, 4000), end_stream=obj == 3)
+    publisher.send()
+    await subscriber.until(lambda: len(subscriber.objects(bystanders.sub_id)) == 24)
+    assert received(subscriber, bystanders.sub_id) == expected(6, 4, 4000)
+
+    late = await _open(relay, cert, bystanders.contexts)
+    fetch_id = late.moqt.fetch(StandaloneFetch(TRACK, Location(0, 0), 5, None))
+    late.send()
+    await late.next(DataStreamEnded, lambda e: e.request_id == fetch_id)
+    assert received(late, fetch_id) == expected(6, 4, 4000)
+    for context in reversed(bystanders.contexts):
+        await context.__aexit__(None, None, None)
