@@ -1,0 +1,225 @@
+"""Publish prompts' KV caches over MoQT: chunk -> group, token -> object, one track per codec.
+
+`KVPublisher` is the process's `moqt.api.Publisher`: serve it on every session
+(`api.connect(url, settings, publisher=kv)` to a relay, or `api.serve(..., publisher=kv)`
+for direct subscribers) and add prompts with `kv.prompt(...)`. Each prompt's namespace is
+`("kvcache.moq.arpa/v1", model, prompt id)`; announce it with
+`session.publish_namespace(prompt.namespace)`.
+
+Why every offered track is encoded once per chunk although only some are sent: the catalog
+lists each chunk's size and digest on every track it offers, and a subscriber verifies a
+chunk against those digests before it writes a byte of it, so there is no honest catalog
+without encoding the chunk on every track. What costs nothing until asked for is the rest:
+only the default track's payloads are kept (and written to MoQT) as chunks are produced.
+Another track's payloads are dropped once digested; the first SUBSCRIBE, FETCH or
+TRACK_STATUS naming it re-encodes the chunks produced so far (the codecs are deterministic,
+so the bytes match the catalog) and from then on it is kept and written like the default.
+
+Chunks can be added while prefill still runs (`add_chunk`): each is written to the kept
+tracks at once, so live subscribers get it immediately, and then a catalog revision that
+describes it is published (group id = chunks described), so a subscriber never sees a
+catalog that promises a chunk the tracks do not hold yet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import torch
+
+from sidecar.kvcache.catalog import Catalog
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
+from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_links
+from sidecar.moqt.api import PublishedTrack, Publisher
+from sidecar.moqt.model import FullTrackName, TrackObject
+
+DEFAULT_TRACKS: tuple[str, ...] = ("fp16", "int8", "ac", "int4")
+"""A spread the deadline rule can choose from: near-lossless, 8 bits, ~3 bits, 4 bits."""
+DEFAULT_TRACK = "int8"
+"""Encoded eagerly: the usual choice on a datacenter link (see transfer.adapt)."""
+
+CATALOG_CACHE_BYTES = 64 << 20
+"""Old revisions may be evicted (the newest is what subscribers want); room for several of
+the largest catalogs (16 MiB)."""
+
+PayloadHook = Callable[[str, int, int, bytes], bytes]
+"""(track, group, object, payload) -> the payload actually published; for fault tests."""
+
+
+class PublishError(ValueError):
+    """A prompt or chunk that does not fit what was declared (layout, token count, tracks)."""
+
+
+class KVPublisher(Publisher):
+    """The MoQT tracks of every prompt this process publishes, encoded on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prompts: dict[tuple[bytes, ...], PublishedPrompt] = {}
+
+    def prompt(
+        self,
+        model: str,
+        layout: KVLayout,
+        token_ids: Sequence[int],
+        *,
+        tracks: Sequence[str] = DEFAULT_TRACKS,
+        default_track: str = DEFAULT_TRACK,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        payload_hook: PayloadHook | None = None,
+    ) -> PublishedPrompt:
+        """Declare a prompt; its KV follows with `add_chunk` or `publish`."""
+        prompt = PublishedPrompt(
+            self, model, layout, token_ids, tracks, default_track, chunk_size, payload_hook
+        )
+        if prompt.namespace in self._prompts:
+            raise PublishError(f"prompt {prompt.name.prompt_id} is already published")
+        self._prompts[prompt.namespace] = prompt
+        return prompt
+
+    def get(self, name: FullTrackName) -> PublishedTrack | None:
+        """What every SUBSCRIBE, FETCH and TRACK_STATUS looks up: a track that is offered but
+        not yet kept is encoded here, synchronously, before the request is answered."""
+        prompt = self._prompts.get(name.namespace)
+        if prompt is None:
+            return super().get(name)
+        return prompt._requested(name.name.decode(errors="replace"))
+
+
+class PublishedPrompt:
+    """One prompt's KV: its catalog, its offered tracks, and what subscribers asked for."""
+
+    def __init__(
+        self,
+        publisher: KVPublisher,
+        model: str,
+        layout: KVLayout,
+        token_ids: Sequence[int],
+        tracks: Sequence[str],
+        default_track: str,
+        chunk_size: int,
+        payload_hook: PayloadHook | None,
+    ) -> None:
+        offered = sorted(set(tracks))
+        for track in offered:
+            get_codec(track)  # UnknownCodecError for a name that is not a codec
+        if default_track not in offered:
+            raise PublishError(f"default track {default_track!r} is not among {offered}")
+        links = chunk_links(token_ids, chunk_size)
+        self.name = PromptName(model, links[-1].hex())
+        self.namespace: tuple[bytes, ...] = self.name.namespace()
+        self.layout = layout
+        self.token_ids = tuple(token_ids)
+        self.chunk_size = chunk_size
+        self.offered: tuple[str, ...] = tuple(offered)
+        self.default_track = default_track
+        self.requests: Counter[str] = Counter()
+        """SUBSCRIBE/FETCH/TRACK_STATUS received per track name: what the relays asked for."""
+        self.catalog: Catalog | None = None
+        """The newest revision; None until the first chunk fixes the codec tables."""
+        self._publisher = publisher
+        self._hook = payload_hook
+        self._chunks: list[torch.Tensor] = []
+        self._kept: dict[str, PublishedTrack] = {}
+        # The largest track is fp16/bf16 (2 bytes a value, plus a version byte a token);
+        # `ac` stays below it in practice. Twice that: the cache never evicts a chunk.
+        self._track_cache_bytes = 2 * len(self.token_ids) * (layout.fp16_bytes_per_token + 64)
+        self._catalog_track = publisher.track(
+            self.namespace, CATALOG_TRACK.encode(), cache_bytes=CATALOG_CACHE_BYTES
+        )
+        self._keep(default_track)
+
+    @property
+    def chunk_count(self) -> int:
+        return len(chunk_links(self.token_ids, self.chunk_size))
+
+    @property
+    def ready_chunks(self) -> int:
+        return len(self._chunks)
+
+    @property
+    def kept_tracks(self) -> tuple[str, ...]:
+        """Tracks whose payloads are held and written (the default, plus those asked for)."""
+        return tuple(sorted(self._kept))
+
+    async def publish(self, kv: torch.Tensor) -> None:
+        """Publish the KV of every chunk not yet added (`kv` spans the whole prompt)."""
+        total = self.layout.check(kv)
+        if total != len(self.token_ids):
+            raise PublishError(f"KV holds {total} tokens, the prompt has {len(self.token_ids)}")
+        while self.ready_chunks < self.chunk_count:
+            start = self.ready_chunks * self.chunk_size
+            await self.add_chunk(kv[:, :, start : start + self.chunk_size])
+
+    async def add_chunk(self, kv: torch.Tensor) -> None:
+        """Publish the next chunk (`[L, 2, T, H, D]`, T = its token count) as prefill makes it.
+
+        The tensor is kept by reference (a track asked for later is encoded from it), so the
+        caller must not overwrite it while the prompt is published.
+        """
+        index = self.ready_chunks
+        if index == self.chunk_count:
+            raise PublishError("every chunk of the prompt is already published")
+        start = index * self.chunk_size
+        tokens = min(self.chunk_size, len(self.token_ids) - start)
+        if self.layout.check(kv, finite=True) != tokens:
+            raise PublishError(f"chunk {index} must hold {tokens} tokens, got {kv.shape[2]}")
+        if self.catalog is None:
+            tables = {name: get_codec(name).fit_tables(self.layout, kv) for name in self.offered}
+            self.catalog = Catalog.for_prompt(
+                self.name.model, self.layout, self.token_ids, tables, self.chunk_size
+            )
+        encoded = {name: self._encode(name, kv) for name in self.offered}
+        self._chunks.append(kv)
+        self.catalog = self.catalog.with_chunk(encoded)
+        revision = self.catalog
+        # Snapshot: a track first asked for during the writes below is encoded, this chunk
+        # included, by `_requested`, and must not be written twice.
+        for name, track in list(self._kept.items()):
+            await self._write_chunk(track, name, index, encoded[name])
+        await self._catalog_track.write(
+            revision.ready_chunks, 0, revision.encode(), end_of_group=True
+        )
+        if revision.complete:
+            for track in (*self._kept.values(), self._catalog_track):
+                await track.end()
+
+    def _encode(self, name: str, kv: torch.Tensor) -> list[bytes]:
+        assert self.catalog is not None
+        return get_codec(name).encode(kv, self.layout, self.catalog.track(name).tables)
+
+    def _hooked(self, name: str, group: int, payloads: list[bytes]) -> list[bytes]:
+        if self._hook is None:
+            return payloads
+        return [self._hook(name, group, obj, payload) for obj, payload in enumerate(payloads)]
+
+    async def _write_chunk(
+        self, track: PublishedTrack, name: str, index: int, payloads: list[bytes]
+    ) -> None:
+        sent = self._hooked(name, index, payloads)
+        for obj, payload in enumerate(sent):
+            await track.write(index, obj, payload, end_of_group=obj == len(sent) - 1)
+
+    def _keep(self, name: str) -> PublishedTrack:
+        """Start holding a track: encode the chunks produced so far into its cache."""
+        track = self._publisher.track(
+            self.namespace, name.encode(), cache_bytes=self._track_cache_bytes
+        )
+        for index, kv in enumerate(self._chunks):
+            for obj, payload in enumerate(self._hooked(name, index, self._encode(name, kv))):
+                track.cache.add(index, TrackObject(obj, payload))
+            track.cache.mark_complete(index)
+        track.ended = self.catalog is not None and self.catalog.complete
+        self._kept[name] = track
+        return track
+
+    def _requested(self, name: str) -> PublishedTrack | None:
+        if name == CATALOG_TRACK:
+            self.requests[name] += 1
+            return self._catalog_track
+        if name not in self.offered:
+            return None
+        self.requests[name] += 1
+        return self._kept.get(name) or self._keep(name)

@@ -1,0 +1,412 @@
+"""Find and load a prompt's KV cache over MoQT: prefix lookup, per-chunk track choice, checks.
+
+`KVSubscriber` wraps one `moqt.api.Session` (to a relay, or straight to a publisher):
+
+* `lookup(model, token_ids)` says how many leading tokens some published prompt holds,
+  without moving any KV: the prefix index (links of every catalog seen) names prompts that
+  share leading chunks, and the query's own hash-chain links are probed with TRACK_STATUS on
+  the catalog track (a published prompt that is a chunk-aligned prefix of the query answers
+  to its last link). The best candidate's catalog confirms it.
+* `load(model, token_ids, destination, deadline)` then fetches chunk after chunk, one FETCH
+  per group (every relay serves that, moq-rs included), choosing the track of each from
+  the measured throughput so the whole load meets the deadline (`transfer.adapt`). Each
+  chunk is checked against the catalog's size and digest and decoded into a scratch tensor
+  before a byte reaches the destination; a chunk that fails is reported and skipped, never
+  written. The result names exactly which tokens were loaded: the model server computes the
+  others itself.
+
+Chunks are loaded in order while prefill may still be running upstream: a chunk that the
+catalog does not describe yet is waited for (live catalog revisions, `CatalogFeed`) until the
+deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from sidecar.kvcache.catalog import Catalog, ChunkIntegrityError
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.errors import KVCodecError
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
+from sidecar.kvcache.naming import PromptName, chunk_links
+from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex
+from sidecar.log import get_logger
+from sidecar.moqt.api import FetchStream, MoqtApiError, RequestRefused, Session
+from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
+from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
+from sidecar.transfer.catalog_feed import CatalogFeed, catalog_track
+
+log = get_logger(__name__)
+
+KVSink = Callable[[range, torch.Tensor], None]
+"""Receives each verified chunk: its token positions and KV `[L, 2, T, H, D]`."""
+
+PROBE_BATCH = 16
+"""TRACK_STATUS probes in flight at once during a lookup (longest prefixes first)."""
+LOOKUP_TIMEOUT = 5.0
+"""A lookup that has found nothing by then reports nothing (a silent relay or publisher)."""
+
+
+class StopReason(enum.Enum):
+    """Why a load ended where it did."""
+
+    COMPLETE = "complete"
+    """Every available chunk was fetched (some may have been rejected)."""
+    NOT_FOUND = "not found"
+    """No published prompt shares a whole chunk with the query."""
+    DEADLINE = "deadline"
+    """The next chunk could not arrive in time, even on the smallest track."""
+    PUBLISHER_GONE = "publisher gone"
+    """The catalog track ended before describing every chunk the load wanted."""
+    CATALOG_INVALID = "catalog invalid"
+    """A catalog revision contradicted an earlier one: nothing more is trusted."""
+    SESSION_GONE = "session gone"
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """What `lookup` found: the prompt to load from and how much of the query it covers."""
+
+    prompt: PromptName | None
+    tokens: int
+    """Leading tokens of the query whose KV the prompt holds, once its prefill is done."""
+    ready_tokens: int
+    """Of those, the tokens already encoded and described by the catalog."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedChunk:
+    index: int
+    tokens: range
+    track: str
+    nbytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedChunk:
+    """A chunk that was fetched but not written: why, and on which track."""
+
+    index: int
+    tokens: range
+    track: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    prompt: PromptName | None
+    available: int
+    """Leading tokens of the query the prompt covers (the most a load could bring)."""
+    loaded: tuple[LoadedChunk, ...]
+    rejected: tuple[RejectedChunk, ...]
+    stopped: StopReason
+
+    @property
+    def loaded_tokens(self) -> tuple[range, ...]:
+        """Token positions written into the destination, as maximal contiguous ranges."""
+        spans: list[range] = []
+        for chunk in sorted(self.loaded, key=lambda c: c.index):
+            if spans and spans[-1].stop == chunk.tokens.start:
+                spans[-1] = range(spans[-1].start, chunk.tokens.stop)
+            else:
+                spans.append(chunk.tokens)
+        return tuple(spans)
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Leading tokens loaded without a gap: what a model server can use as is."""
+        spans = self.loaded_tokens
+        return spans[0].stop if spans and spans[0].start == 0 else 0
+
+
+@dataclass(slots=True)
+class _Source:
+    """An open prompt to load from: its live catalog and the query chunks it matches."""
+
+    feed: CatalogFeed
+    chunks: int
+    tokens: int
+
+
+class KVSubscriber:
+    """Lookups and loads of KV caches over one MoQT session."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        index: PrefixIndex | None = None,
+    ) -> None:
+        """`chunk_size` is the one configured for the models looked up (the query's links
+        are probed with it); `index` may be shared by several subscribers of one process."""
+        self.session = session
+        self.chunk_size = chunk_size
+        self.index = index or PrefixIndex()
+
+    async def lookup(
+        self, model: str, token_ids: Sequence[int], *, timeout: float = LOOKUP_TIMEOUT
+    ) -> Availability:
+        """How many leading tokens of `token_ids` a published prompt of `model` holds."""
+        try:
+            source = await asyncio.wait_for(self._find(model, token_ids), timeout)
+        except TimeoutError:
+            return Availability(None, 0, 0)
+        if source is None:
+            return Availability(None, 0, 0)
+        try:
+            catalog = source.feed.catalog
+            assert catalog is not None
+            ready = _tokens_in(catalog, min(source.chunks, catalog.ready_chunks))
+            return Availability(source.feed.prompt, source.tokens, ready)
+        finally:
+            await source.feed.close()
+
+    async def load(
+        self,
+        model: str,
+        token_ids: Sequence[int],
+        destination: torch.Tensor | KVSink,
+        deadline: float,
+        *,
+        quality_order: Sequence[str] = QUALITY_ORDER,
+    ) -> LoadResult:
+        """Load the KV of the longest available prefix of `token_ids` within `deadline` seconds.
+
+        `destination` is a tensor `[layers, 2, >= tokens, kv_heads, head_dim]` (written at
+        the tokens' positions, cast to its dtype) or a callback. `quality_order` (best first)
+        narrows the tracks the deadline rule may choose.
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        try:
+            source = await asyncio.wait_for(self._find(model, token_ids), max(deadline, 0.0))
+        except TimeoutError:
+            return LoadResult(None, 0, (), (), StopReason.DEADLINE)
+        if source is None:
+            return LoadResult(None, 0, (), (), StopReason.NOT_FOUND)
+        try:
+            return await _Load(self.session, source, destination, end, quality_order).run()
+        finally:
+            await source.feed.close()
+
+    # Finding the prompt -----------------------------------------------------------------
+
+    async def _find(self, model: str, token_ids: Sequence[int]) -> _Source | None:
+        """The open prompt that covers the most leading tokens, best candidate first."""
+        candidates: list[tuple[int, PromptName]] = []
+        known = self.index.lookup(model, token_ids)
+        if known is not None:
+            candidates.append((known.tokens, known.prompt))
+        links = chunk_links(token_ids, self.chunk_size)
+        probed = await self._probe(model, links, len(token_ids), known.tokens if known else 0)
+        if probed is not None:
+            candidates.append(probed)
+        for _, prompt in sorted(candidates, key=lambda c: c[0], reverse=True):
+            source = await self._open(prompt, token_ids)
+            if source is not None:
+                return source
+            self.index.remove(prompt)
+        return None
+
+    async def _probe(
+        self, model: str, links: list[bytes], total: int, beyond: int
+    ) -> tuple[int, PromptName] | None:
+        """The longest chunk-aligned prefix of the query published as a prompt of its own,
+        among those covering more than `beyond` tokens."""
+        covered = [min((i + 1) * self.chunk_size, total) for i in range(len(links))]
+        wanted = [i for i in reversed(range(len(links))) if covered[i] > beyond]
+        for start in range(0, len(wanted), PROBE_BATCH):
+            batch = wanted[start : start + PROBE_BATCH]
+            prompts = [PromptName(model, links[i].hex()) for i in batch]
+            answers = await asyncio.gather(
+                *(self.session.track_status(catalog_track(p)) for p in prompts),
+                return_exceptions=True,
+            )
+            for i, prompt, answer in zip(batch, prompts, answers, strict=True):
+                if not isinstance(answer, BaseException):
+                    return covered[i], prompt
+                if not isinstance(answer, RequestRefused):
+                    raise answer
+        return None
+
+    async def _open(self, prompt: PromptName, token_ids: Sequence[int]) -> _Source | None:
+        """The prompt's live catalog and how many query chunks it matches; None if gone."""
+        try:
+            feed = await CatalogFeed.open(self.session, prompt)
+        except RequestRefused:
+            return None
+        try:
+            catalog = await feed.wait_ready(0)
+        except BaseException:  # cancelled by the caller's deadline: leave nothing open
+            await feed.close()
+            raise
+        chunks = 0 if catalog is None else self._learn(catalog, token_ids)
+        if catalog is None or chunks == 0:
+            await feed.close()
+            return None
+        return _Source(feed, chunks, _tokens_in(catalog, chunks))
+
+    def _learn(self, catalog: Catalog, token_ids: Sequence[int]) -> int:
+        """Index the catalog's links; the number of leading query chunks it shares."""
+        try:
+            self.index.add_catalog(catalog)
+        except ChunkSizeLimitError as exc:
+            log.info("catalog_not_indexed", prompt=catalog.name.prompt_id, reason=str(exc))
+        return _shared_chunks(catalog, token_ids)
+
+
+class _Load:
+    """One load in progress: chunk after chunk until done, out of time, or out of source."""
+
+    def __init__(
+        self,
+        session: Session,
+        source: _Source,
+        destination: torch.Tensor | KVSink,
+        end: float,
+        quality_order: Sequence[str],
+    ) -> None:
+        self.session = session
+        self.source = source
+        self.destination = destination
+        self.end = end
+        self.quality_order = quality_order
+        self.clock = asyncio.get_running_loop().time
+        self.estimate = ThroughputEstimate()
+        self.loaded: list[LoadedChunk] = []
+        self.rejected: list[RejectedChunk] = []
+
+    def result(self, stopped: StopReason) -> LoadResult:
+        return LoadResult(
+            self.source.feed.prompt,
+            self.source.tokens,
+            tuple(self.loaded),
+            tuple(self.rejected),
+            stopped,
+        )
+
+    async def run(self) -> LoadResult:
+        feed = self.source.feed
+        for index in range(self.source.chunks):
+            try:
+                catalog = await asyncio.wait_for(
+                    feed.wait_ready(index + 1), max(self.end - self.clock(), 0.0)
+                )
+            except TimeoutError:
+                return self.result(StopReason.DEADLINE)
+            if catalog is None or catalog.ready_chunks <= index:
+                stop = StopReason.CATALOG_INVALID if feed.error else StopReason.PUBLISHER_GONE
+                return self.result(stop)
+            if index == 0:
+                _check_destination(self.destination, catalog, self.source.tokens)
+            track = choose_track(
+                catalog.chunk_bytes(index),
+                self.estimate.bytes_per_second,
+                self.end - self.clock(),
+                self.source.chunks - index,
+                self.quality_order,
+            )
+            if track is None:
+                return self.result(StopReason.DEADLINE)
+            try:
+                await asyncio.wait_for(
+                    self._load_chunk(catalog, index, track), max(self.end - self.clock(), 0.0)
+                )
+            except TimeoutError:
+                return self.result(StopReason.DEADLINE)
+            except (MoqtApiError, ConnectionError) as exc:
+                if isinstance(exc, RequestRefused):
+                    self._reject(catalog, index, track, str(exc))
+                    continue
+                return self.result(StopReason.SESSION_GONE)
+        return self.result(StopReason.COMPLETE)
+
+    async def _load_chunk(self, catalog: Catalog, index: int, track: str) -> None:
+        started = self.clock()
+        size = catalog.chunk_bytes(index)[track]
+        try:
+            payloads = await self._fetch(catalog, index, track, size)
+            seconds = self.clock() - started
+            self.estimate = self.estimate.observe(max(size, 1), max(seconds, 1e-6))
+            catalog.verify_chunk(track, index, payloads)
+            entry = catalog.track(track)
+            kv = get_codec(track).decode(payloads, catalog.layout, entry.tables)
+        except KVCodecError as exc:
+            self._reject(catalog, index, track, str(exc))
+            return
+        span = catalog.chunk_span(index)
+        if isinstance(self.destination, torch.Tensor):
+            self.destination[:, :, span.start : span.stop].copy_(kv)
+        else:
+            self.destination(span, kv)
+        self.loaded.append(LoadedChunk(index, span, track, size, seconds))
+
+    async def _fetch(self, catalog: Catalog, index: int, track: str, size: int) -> list[bytes]:
+        """The chunk's objects in order; `ChunkIntegrityError` as soon as the stream shows
+        more objects or bytes than the catalog lists (read no further)."""
+        name = FullTrackName(self.source.feed.prompt.namespace(), track.encode())
+        tokens = len(catalog.chunk_span(index))
+        stream = await self.session.fetch(name, Location(index, 0), index)
+        payloads: dict[int, bytes] = {}
+        received = 0
+        try:
+            async for obj in stream:
+                if obj.status != ObjectStatus.NORMAL:
+                    continue
+                if obj.group_id != index or not 0 <= obj.object_id < tokens:
+                    raise ChunkIntegrityError(track, index, f"object {obj.location} not in it")
+                if obj.object_id in payloads:
+                    raise ChunkIntegrityError(track, index, f"object {obj.object_id} twice")
+                received += len(obj.payload)
+                if received > size:
+                    raise ChunkIntegrityError(track, index, "more bytes than the catalog lists")
+                payloads[obj.object_id] = obj.payload
+        finally:
+            await _cancel(stream)
+        if len(payloads) != tokens:
+            missing = tokens - len(payloads)
+            raise ChunkIntegrityError(track, index, f"{missing} of {tokens} objects missing")
+        return [payloads[i] for i in range(tokens)]
+
+    def _reject(self, catalog: Catalog, index: int, track: str, reason: str) -> None:
+        log.warning("chunk_rejected", prompt=catalog.name.prompt_id, chunk=index, reason=reason)
+        self.rejected.append(RejectedChunk(index, catalog.chunk_span(index), track, reason))
+
+
+async def _cancel(stream: FetchStream) -> None:
+    if not stream.finished:
+        await stream.cancel()
+
+
+def _shared_chunks(catalog: Catalog, token_ids: Sequence[int]) -> int:
+    """Leading chunks of the query equal (by hash-chain link) to the catalog's."""
+    links = chunk_links(token_ids, catalog.chunk_size)
+    shared = 0
+    for mine, theirs in zip(links, catalog.chunk_hashes, strict=False):
+        if mine != theirs:
+            break
+        shared += 1
+    return shared
+
+
+def _tokens_in(catalog: Catalog, chunks: int) -> int:
+    return catalog.chunk_span(chunks - 1).stop if chunks else 0
+
+
+def _check_destination(destination: torch.Tensor | KVSink, catalog: Catalog, tokens: int) -> None:
+    if not isinstance(destination, torch.Tensor):
+        return
+    layout = catalog.layout
+    expected = layout.shape(tokens)
+    shape = tuple(destination.shape)
+    if len(shape) != 5 or shape[:2] + shape[3:] != expected[:2] + expected[3:]:
+        raise ValueError(f"destination {shape} does not fit the KV layout {expected}")
+    if shape[2] < tokens:
+        raise ValueError(f"destination holds {shape[2]} tokens, the load brings {tokens}")

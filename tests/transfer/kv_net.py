@@ -1,0 +1,76 @@
+"""A real relay process, and KV publishers and subscribers on real QUIC sessions to it.
+
+Shared by the transfer tests (no tests here). The relay is `python -m sidecar.cli relay`,
+started as an operator would (tests/moqt/test_relay_harness.py); publishers and subscribers
+are `KVPublisher`/`KVSubscriber` on `moqt.api` sessions over 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import pytest
+import torch
+
+from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt import api, transport
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.transfer.publisher import KVPublisher
+from sidecar.transfer.subscriber import KVSubscriber
+from tests.moqt.test_relay_harness import RelayProcess, running_relay, settings_for
+
+MODEL = "SmolLM2-135M"
+TEST_TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("kv-cert"))
+
+
+@pytest.fixture
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+def run(main: Callable[[], Awaitable[None]], timeout: float = TEST_TIMEOUT) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(main(), timeout)
+
+    transport.run(bounded())
+
+
+class Network:
+    """Sessions to one relay, all closed when the test's `async with` ends."""
+
+    def __init__(self, url: str, cert: CertificatePaths, stack: AsyncExitStack) -> None:
+        self.url, self.cert, self._stack = url, cert, stack
+
+    async def session(self, publisher: api.Publisher | None = None) -> api.Session:
+        return await self._stack.enter_async_context(
+            api.connect(self.url, settings_for(self.cert), publisher=publisher)
+        )
+
+    async def publisher(self) -> tuple[KVPublisher, api.Session]:
+        kv = KVPublisher()
+        return kv, await self.session(kv)
+
+    async def subscriber(self) -> KVSubscriber:
+        return KVSubscriber(await self.session())
+
+
+@asynccontextmanager
+async def network(url: str, cert: CertificatePaths) -> AsyncIterator[Network]:
+    async with AsyncExitStack() as stack:
+        yield Network(url, cert, stack)
+
+
+def synthetic_kv(tokens: int, layout: KVLayout, seed: int = 0) -> torch.Tensor:
+    """Random KV with the spread of real keys and values (per-channel scales), seeded."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = layout.shape(tokens)
+    scales = torch.rand((1, 1, 1, *shape[3:]), generator=generator) * 4 + 0.1
+    return torch.randn(shape, generator=generator) * scales
