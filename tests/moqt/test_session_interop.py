@@ -16,6 +16,7 @@ import pytest
 from sidecar.moqt import events as ev
 from sidecar.moqt.events import MoqtEvent
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
+from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (fixtures)
 from tests.interop.harness import RelayPeer
 from tests.interop.peers.pattern import object_payload, object_size
@@ -36,7 +37,7 @@ def relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPeer:  
 
 
 @pytest.fixture
-def client(relay: RelayPeer, certs) -> Iterator[UdpClient]:  # noqa: F811
+def client(relay: RelayPeer, certs: Certs) -> Iterator[UdpClient]:  # noqa: F811
     client = UdpClient("127.0.0.1", relay.port, certs.ca)
     client.run_until(lambda events: any(isinstance(e, ev.SetupCompleted) for e in events), 10)
     yield client
