@@ -102,12 +102,11 @@ class SubgroupHeader:
         mode = SubgroupIdMode((stream_type >> 1) & 0x03)
         track_alias = reader.varint()
         group_id = reader.varint()
-        subgroup_id: int | None = {
-            SubgroupIdMode.ZERO: 0,
-            SubgroupIdMode.FIRST_OBJECT: None,
-        }.get(mode)
+        subgroup_id: int | None = None  # FIRST_OBJECT: known once the first object is
         if mode == SubgroupIdMode.EXPLICIT:
             subgroup_id = reader.varint()
+        elif mode == SubgroupIdMode.ZERO:
+            subgroup_id = 0
         return cls(
             track_alias,
             group_id,
