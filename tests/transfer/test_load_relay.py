@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import torch
 
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.model import FullTrackName, Location
 from sidecar.moqt.tls import CertificatePaths
-from sidecar.transfer.subscriber import StopReason
+from sidecar.transfer.subscriber import Availability, StopReason
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, cert, network, relay, run, synthetic_kv  # noqa: F401
 
@@ -44,5 +47,211 @@ def test_whole_prompt_loads_on_the_default_track(
             expected = get_codec("int8").decode(get_codec("int8").encode(kv, LAYOUT), LAYOUT)
             assert torch.equal(out, expected)
             assert prompt.kept_tracks == ("int8",)
+
+    run(main)
+
+
+def roundtrip(track: str, kv: torch.Tensor, tables: bytes | None = None) -> torch.Tensor:
+    codec = get_codec(track)
+    return codec.decode(codec.encode(kv, LAYOUT, tables), LAYOUT, tables)
+
+
+def test_a_track_is_encoded_when_first_asked_for(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    token_ids = list(range(1, 50))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=1)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(
+                MODEL, LAYOUT, token_ids, tracks=("int8", "fp16", "int4"), chunk_size=CHUNK
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            assert prompt.kept_tracks == ("int8",)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            out = torch.zeros_like(kv)
+            result = await subscriber.load(MODEL, token_ids, out, 30, quality_order=("fp16",))
+            assert result.stopped is StopReason.COMPLETE
+            assert [c.track for c in result.loaded] == ["fp16"] * 4
+            assert torch.equal(out, roundtrip("fp16", kv))
+            assert prompt.kept_tracks == ("fp16", "int8")  # int4 was never asked for
+            assert prompt.requests["fp16"] == 4 and prompt.requests["int4"] == 0
+
+    run(main)
+
+
+def test_chunks_stream_while_prefill_runs(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """A load started before the first chunk exists follows the catalog revisions, and a
+    live subscriber to the default track gets each chunk as it is added."""
+    token_ids = list(range(7, 7 + 4 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=2)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            watcher = await net.session()
+            live = await watcher.subscribe(FullTrackName(prompt.namespace, b"int8"))
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            out = torch.zeros_like(kv)
+            loading = asyncio.ensure_future(subscriber.load(MODEL, token_ids, out, 60))
+            for index in range(4):
+                await asyncio.sleep(0.2)
+                await prompt.add_chunk(kv[:, :, index * CHUNK : (index + 1) * CHUNK])
+                # each chunk reaches the live subscriber before the next one exists
+                got = [await anext(live) for _ in range(CHUNK)]
+                assert [o.location for o in got] == [Location(index, i) for i in range(CHUNK)]
+            result = await loading
+            assert result.stopped is StopReason.COMPLETE, result
+            assert result.loaded_tokens == (range(0, 4 * CHUNK),)
+            assert torch.equal(out, roundtrip("int8", kv))
+
+    run(main)
+
+
+def test_a_longer_prompt_loads_the_shared_prefix(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """The published prompt is a whole-chunk prefix of the query: found by probing the
+    query's links; the tokens after it are left to recompute."""
+    published = list(range(300, 300 + 3 * CHUNK))
+    query = [*published, *range(900, 925)]
+    kv = synthetic_kv(len(published), LAYOUT, seed=3)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, published, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            found = await subscriber.lookup(MODEL, query)
+            assert (found.prompt, found.tokens) == (prompt.name, 3 * CHUNK)
+            out = torch.zeros(LAYOUT.shape(len(query)))
+            result = await subscriber.load(MODEL, query, out, 30)
+            assert result.stopped is StopReason.COMPLETE
+            assert result.available == result.prefix_tokens == 3 * CHUNK
+            assert torch.equal(out[:, :, : 3 * CHUNK], roundtrip("int8", kv))
+            assert not out[:, :, 3 * CHUNK :].any()
+
+    run(main)
+
+
+def test_a_diverging_prompt_is_found_from_a_catalog_seen_before(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """Two prompts sharing 2.5 chunks: once the subscriber has seen the first one's catalog,
+    the second finds its 2 whole shared chunks there (no probe can: no prompt ends there)."""
+    first = list(range(40, 40 + 4 * CHUNK + 5))
+    second = [*first[: 2 * CHUNK + 8], *range(5000, 5040)]
+    kv = synthetic_kv(len(first), LAYOUT, seed=4)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, first, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            assert (await subscriber.lookup(MODEL, second)).tokens == 0
+            assert (await subscriber.lookup(MODEL, first)).tokens == len(first)
+            found = await subscriber.lookup(MODEL, second)
+            assert (found.prompt, found.tokens) == (prompt.name, 2 * CHUNK)
+            out = torch.zeros(LAYOUT.shape(len(second)))
+            result = await subscriber.load(MODEL, second, out, 30)
+            assert result.loaded_tokens == (range(0, 2 * CHUNK),)
+            assert torch.equal(out[:, :, : 2 * CHUNK], roundtrip("int8", kv)[:, :, : 2 * CHUNK])
+
+    run(main)
+
+
+def test_an_unknown_prompt_is_not_found(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            subscriber = await net.subscriber()
+            token_ids = list(range(64))
+            assert await subscriber.lookup(MODEL, token_ids) == Availability(None, 0, 0)
+            result = await subscriber.load(MODEL, token_ids, torch.zeros(LAYOUT.shape(64)), 5)
+            assert (result.stopped, result.loaded, result.available) == (
+                StopReason.NOT_FOUND,
+                (),
+                0,
+            )
+
+    run(main)
+
+
+def test_a_corrupted_object_rejects_its_chunk_only(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    token_ids = list(range(11, 11 + 4 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=5)
+
+    def corrupt(track: str, group: int, obj: int, payload: bytes) -> bytes:
+        if (group, obj) != (1, 3):
+            return payload
+        return payload[:-1] + bytes([payload[-1] ^ 0x01])
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(
+                MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK, payload_hook=corrupt
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            out = torch.full(kv.shape, float("nan"))
+            result = await subscriber.load(MODEL, token_ids, out, 30)
+            assert result.stopped is StopReason.COMPLETE
+            assert [(r.index, r.track) for r in result.rejected] == [(1, "int8")]
+            assert "digest" in result.rejected[0].reason
+            assert result.loaded_tokens == (range(0, CHUNK), range(2 * CHUNK, 4 * CHUNK))
+            assert result.prefix_tokens == CHUNK
+            expected = roundtrip("int8", kv)
+            assert out[:, :, CHUNK : 2 * CHUNK].isnan().all()  # never written
+            keep = torch.ones(kv.shape[2], dtype=torch.bool)
+            keep[CHUNK : 2 * CHUNK] = False
+            assert torch.equal(out[:, :, keep], expected[:, :, keep])
+
+    run(main)
+
+
+def test_no_time_loads_nothing(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    token_ids = list(range(500, 500 + 2 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=6)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            result = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 0)
+            assert result.stopped is StopReason.DEADLINE and not result.loaded
 
     run(main)
