@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.moqt import events as ev
 from sidecar.moqt.events import MoqtEvent
+from sidecar.moqt.messages import StandaloneFetch
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (fixtures)
@@ -156,3 +157,46 @@ def test_publish_through_relay_to_independent_subscriber(
     peer.expect_success(timeout=1)
     assert answer.served >= 1
     assert received(peer) == spec.expected()
+
+
+@pytest.mark.parametrize("relay", RELAYS, indirect=True)
+def test_fetch_cached_groups_from_relay(
+    relay: RelayPeer,
+    client: UdpClient,
+    start_peer: StartPeer,  # noqa: F811
+) -> None:
+    """Once a subscriber has pulled the track through the relay, FETCH returns its groups.
+    moq-rs serves one group per FETCH, so groups are fetched one at a time."""
+    spec = TrackSpec(namespace="kvtest/fetch", objects=2, sizes=[100, 20_000], timeout=15.0)
+    start_peer("aiomoqt", "pub", url=relay.url, **spec.params()).wait_ready()
+    start_peer("aiomoqt", "sub", url=relay.url, **spec.params()).expect_success(spec.timeout + 10)
+    answer = Answerer(client, spec)
+    track = FullTrackName((b"kvtest", b"fetch"), b"t0")
+    objects: list[ev.ObjectReceived] = []
+    for group in range(spec.groups):
+        request_id = client.session.fetch(StandaloneFetch(track, Location(group, 0), group))
+
+        def fetched(events: list[MoqtEvent], request_id: int = request_id) -> bool:
+            answer(events)
+            assert not any(
+                isinstance(e, ev.RequestRejected) and e.request_id == request_id for e in events
+            ), events
+            return any(
+                isinstance(e, ev.DataStreamEnded) and e.request_id == request_id for e in events
+            )
+
+        client.run_until(fetched, spec.timeout)
+        objects += [
+            e
+            for e in client.events
+            if isinstance(e, ev.ObjectReceived)
+            and e.request_id == request_id
+            and e.status == ObjectStatus.NORMAL
+        ]
+    assert [(o.group_id, o.object_id) for o in objects] == [
+        (g, o) for g in range(spec.groups) for o in range(spec.objects)
+    ]
+    for o in objects:
+        size = object_size(spec.sizes, o.object_id)
+        assert o.source == ev.ObjectSource.FETCH
+        assert o.payload == object_payload(spec.seed, o.group_id, o.object_id, size)
