@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.moqt import messages as m
@@ -21,6 +21,7 @@ def test_every_message_type_has_a_strategy() -> None:
     assert len(m.ALL_MESSAGE_TYPES) == 30
 
 
+@settings(max_examples=400)
 @given(messages)
 def test_round_trip(message: m.ControlMessage) -> None:
     encoded = message.encode()
