@@ -15,16 +15,13 @@ there, so pytest shows it under "Captured stdout teardown" when the test fails.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
 
 import pytest
 
 from tests.interop.certs import Certs, make_certs
-from tests.interop.harness import Peer, free_udp_port, launch
+from tests.interop.harness import Peer, StartPeer, free_udp_port, launch
 
-
-class StartPeer(Protocol):
-    def __call__(self, kind: str, role: str, **params: object) -> Peer: ...
+__all__ = ["StartPeer", "certs", "start_peer"]
 
 
 @pytest.fixture(scope="session")

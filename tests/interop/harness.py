@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -34,6 +34,8 @@ AIOMOQT_PYTHON = Path(
 
 _STOP_GRACE_S = 3.0
 _LOG_TAIL_LINES = 60
+LIFETIME_S = 300
+"""No peer outlives this, even if pytest itself is killed: coreutils `timeout` wraps each one."""
 
 
 class PeerError(AssertionError):
@@ -256,6 +258,12 @@ class Peer:
             os.killpg(self._process.pid, signum)
 
 
+class StartPeer(Protocol):
+    """The `start_peer` fixture: start_peer(kind, role, **params) -> Peer (RelayPeer for relays)."""
+
+    def __call__(self, kind: str, role: str, **params: object) -> Peer: ...
+
+
 class RelayPeer(Peer):
     """A relay peer, which also knows where clients reach it."""
 
@@ -279,7 +287,14 @@ def launch(
     """Start peer (kind, role) with `params` as its --flags; does not wait for it to be ready."""
     skip_if_unavailable(kind)
     program = PROGRAMS[(kind, role)]
-    argv = [str(program.python), *program.args, *as_flags(params)]
+    argv = [
+        "timeout",
+        f"--kill-after={_STOP_GRACE_S:g}",
+        str(LIFETIME_S),
+        str(program.python),
+        *program.args,
+        *as_flags(params),
+    ]
     name = f"{kind}-{role}"
     if role == "relay":
         return RelayPeer(name, argv, program, env or {}, port=int(str(params["port"])))

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.interop.conftest import StartPeer
-from tests.interop.harness import Peer, RelayPeer
+from tests.interop.harness import Peer, RelayPeer, StartPeer
 from tests.interop.peers.pattern import expected_records
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.interop.conftest import StartPeer
-from tests.interop.harness import PeerError
+from tests.interop.harness import PeerError, StartPeer
 from tests.interop.scenario import TrackSpec, received, relay_chain
 
 PAIRS = [
