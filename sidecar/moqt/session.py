@@ -1108,11 +1108,18 @@ class MoqtSession:
             )
 
     def _bind_alias(self, track: _RemoteTrack, alias: int) -> None:
-        """Give a remote track its alias and release the streams that were waiting for it."""
-        if alias in self._remote_by_alias:
-            raise ProtocolError(
-                f"track alias {alias} already in use", SessionErrorCode.DUPLICATE_TRACK_ALIAS
-            )
+        """Give a remote track its alias and release the streams that were waiting for it.
+
+        An alias may be reused once its subscription has ended (PUBLISH_DONE, UNSUBSCRIBE);
+        the ended one, kept only to place late streams, gives way.
+        """
+        previous = self._remote_by_alias.get(alias)
+        if previous is not None:
+            if previous.done_at is None:
+                raise ProtocolError(
+                    f"track alias {alias} already in use", SessionErrorCode.DUPLICATE_TRACK_ALIAS
+                )
+            self._forget_remote(previous)
         track.track_alias = alias
         self._remote_by_alias[alias] = track
         for stream_id, state in list(self._in_streams.items()):

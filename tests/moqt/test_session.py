@@ -709,3 +709,21 @@ def test_incomplete_objects_are_bounded_across_streams(stack: str) -> None:
     pair.pump()
     objects = _of(pair.take("client"), ev.ObjectReceived)
     assert len(objects) == 3 and objects[-1].stream_id == first
+
+
+def test_an_ended_subscription_gives_its_alias_to_a_new_one(stack: str) -> None:
+    pair, client = _raw_server(stack)
+    first = client.subscribe(TRACK)
+    pair.server_quic.send_stream_data(0, m.SubscribeOk(first, track_alias=0).encode())
+    pair.server_quic.send_stream_data(
+        0, m.PublishDone(first, PublishDoneStatus.TRACK_ENDED, 0).encode()
+    )
+    pair.pump()
+    second = client.subscribe(OTHER)
+    pair.server_quic.send_stream_data(0, m.SubscribeOk(second, track_alias=0).encode())
+    pair.pump()
+    _raw_subgroup(pair, alias=0, payload=b"new")
+    pair.pump()
+    events = pair.take("client")
+    assert not _of(events, ev.SessionClosed)
+    assert _one(events, ev.ObjectReceived).request_id == second
