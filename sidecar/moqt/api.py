@@ -162,7 +162,10 @@ class PublishedTrack:
             raise UsageError(f"{location} is not after the largest object {self.largest}")
         if extensions and not self.extensions:
             raise UsageError("this track was created without extensions")
-        self.cache.add(group_id, TrackObject(object_id, payload, extensions=extensions))
+        try:
+            self.cache.add(group_id, TrackObject(object_id, payload, extensions=extensions))
+        except ValueError as exc:  # an object bigger than the whole cache
+            raise UsageError(str(exc)) from None
         if end_of_group:
             self.cache.mark_complete(group_id)
         for delivery in list(self._deliveries):

@@ -292,6 +292,9 @@ def test_publisher_rejects_writes_out_of_order() -> None:
                 await track.write(group, obj, b"y")
         with pytest.raises(UsageError):
             await track.write(4, 0, b"y", extensions=b"\x00\x00")
+        small = api.Publisher().track(NAMESPACE, b"int4", cache_bytes=1000)
+        with pytest.raises(UsageError):
+            await small.write(0, 0, bytes(1001))
         await track.end()
         with pytest.raises(UsageError):
             await track.write(5, 0, b"z")
