@@ -83,7 +83,7 @@ def publisher_parser(description: str) -> argparse.ArgumentParser:
     assertion: nothing measures it.
     """
     parser = client_parser(description)
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between groups")
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between groups")
     parser.add_argument(
         "--extensions",
         type=extensions_arg,
