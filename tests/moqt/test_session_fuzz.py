@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from sidecar.moqt import events as ev
 from sidecar.moqt import messages as m
 from sidecar.moqt.errors import SessionErrorCode
+from sidecar.moqt.model import FullTrackName, Location
 
 from .quic_pair import SessionPair
 from .strategies import messages
@@ -82,3 +83,48 @@ def test_arbitrary_datagrams(datagrams: list[bytes]) -> None:
     for data in datagrams:
         pair.client_quic.send_datagram_frame(data)
     _assert_no_internal_error(pair)
+
+
+def _client_with_open_requests() -> tuple[SessionPair, list[int]]:
+    """A client session whose raw server has completed setup; the client has one request of
+    every kind open, so replies the fuzzer aims at them reach the reply handlers."""
+    pair = SessionPair(server_session=False)
+    pair.pump()
+    client = pair.client
+    assert client is not None
+    setup = m.ServerSetup(m.DRAFT_14, m.SetupParameters(max_request_id=1000))
+    pair.server_quic.send_stream_data(0, setup.encode())
+    pair.pump()
+    track = FullTrackName((b"ns",), b"t")
+    ids = [
+        client.subscribe(track),
+        client.fetch(m.StandaloneFetch(track, Location(0, 0), 3)),
+        client.publish(FullTrackName((b"ns",), b"mine")),
+        client.track_status(track),
+        client.publish_namespace((b"ns",)),
+        client.subscribe_namespace((b"ns",)),
+    ]
+    pair.pump()
+    return pair, ids
+
+
+@_fuzz
+@given(st.lists(messages, min_size=1, max_size=8), st.data())
+def test_arbitrary_replies_and_requests_to_a_client(
+    sequence: list[m.ControlMessage], data: st.DataObject
+) -> None:
+    pair, open_ids = _client_with_open_requests()
+    next_id = 1
+    out = b""
+    for message in sequence:
+        if message.NEW_REQUEST:
+            message = dataclasses.replace(message, request_id=next_id)  # type: ignore[call-arg]
+            next_id += 2
+        elif hasattr(message, "request_id") and not isinstance(message, m.MaxRequestId):
+            target = data.draw(st.sampled_from(open_ids))
+            message = dataclasses.replace(message, request_id=target)  # type: ignore[call-arg]
+        out += message.encode()
+    pair.server_quic.send_stream_data(0, out)
+    pair.pump()
+    for closed in [e for e in pair.take("client") if isinstance(e, ev.SessionClosed)]:
+        assert closed.error_code != SessionErrorCode.INTERNAL_ERROR, closed
