@@ -16,7 +16,7 @@ from sidecar.moqt.model import FullTrackName, Location
 from .quic_pair import SessionPair
 from .strategies import messages
 
-_fuzz = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_fuzz = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _server_after_setup() -> SessionPair:
