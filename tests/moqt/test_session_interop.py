@@ -128,16 +128,17 @@ def test_subscribe_through_relay_to_aiomoqt_publisher(
     assert locations == expected[expected.index(locations[0]) :]
 
 
-@pytest.mark.parametrize("relay", RELAYS, indirect=True)
-@pytest.mark.parametrize("subscriber", ["moqrs", "aiomoqt"])
+# moq-rs to moq-rs negotiates moq-lite, not draft-14, so that pair has nothing to show here.
+PUBLISH_PAIRS = [("moqrs", "aiomoqt"), ("aiomoqt", "moqrs"), ("aiomoqt", "aiomoqt")]
+
+
+@pytest.mark.parametrize(("relay", "subscriber"), PUBLISH_PAIRS, indirect=["relay"])
 def test_publish_through_relay_to_independent_subscriber(
     relay: RelayPeer,
     client: UdpClient,
     start_peer: StartPeer,  # noqa: F811
     subscriber: str,
 ) -> None:
-    if (relay.name, subscriber) == ("moqrs-relay", "moqrs"):
-        pytest.skip("moq-rs to moq-rs speaks moq-lite, not draft-14")
     spec = TrackSpec(namespace="kvtest/pub")
     answer = Answerer(client, spec)
     client.session.publish_namespace((b"kvtest", b"pub"))
