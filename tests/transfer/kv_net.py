@@ -8,10 +8,15 @@ are `KVPublisher`/`KVSubscriber` on `moqt.api` sessions over 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 
 from sidecar.kvcache.layout import KVLayout
@@ -19,7 +24,7 @@ from sidecar.moqt import api, transport
 from sidecar.moqt.tls import CertificatePaths, write_certificate
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber
-from tests.moqt.test_relay_harness import RelayProcess, running_relay, settings_for
+from tests.moqt.test_relay_harness import REPO, RelayProcess, running_relay, settings_for
 
 MODEL = "SmolLM2-135M"
 TEST_TIMEOUT = 120.0
@@ -68,9 +73,46 @@ async def network(url: str, cert: CertificatePaths) -> AsyncIterator[Network]:
         yield Network(url, cert, stack)
 
 
+def layout_of(kv: torch.Tensor) -> KVLayout:
+    """The layout of a `[L, 2, T, H, D]` tensor, in its own dtype."""
+    layers, _, _, heads, dim = kv.shape
+    return KVLayout(layers, heads, dim, str(kv.dtype).removeprefix("torch."))
+
+
 def synthetic_kv(tokens: int, layout: KVLayout, seed: int = 0) -> torch.Tensor:
     """Random KV with the spread of real keys and values (per-channel scales), seeded."""
     generator = torch.Generator().manual_seed(seed)
     shape = layout.shape(tokens)
     scales = torch.rand((1, 1, 1, *shape[3:]), generator=generator) * 4 + 0.1
     return torch.randn(shape, generator=generator) * scales
+
+
+@contextmanager
+def publisher_process(
+    url: str,
+    cert: CertificatePaths,
+    kv: torch.Tensor,
+    token_ids: Sequence[int],
+    scratch: Path,
+    tracks: Sequence[str] = ("int8",),
+) -> Iterator[subprocess.Popen[str]]:
+    """`kv_publisher_peer` publishing `kv` through the relay at `url`; yields once it has
+    published every chunk, kills it (if the test has not) at the end."""
+    kv_file = scratch / "prompt.safetensors"
+    safetensors.torch.save_file(
+        {"kv": kv.contiguous(), "token_ids": torch.tensor(list(token_ids))}, str(kv_file)
+    )
+    argv = [
+        sys.executable, "-m", "tests.transfer.kv_publisher_peer", "--url", url,
+        "--ca", str(cert.cert), "--kv", str(kv_file), "--model", MODEL,
+        "--tracks", ",".join(tracks),
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert json.loads(line)["event"] == "ready", f"publisher said {line!r}"
+        yield process
+    finally:
+        process.kill()
+        process.wait(10)

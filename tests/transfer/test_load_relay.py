@@ -8,10 +8,14 @@ import torch
 
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt import api
 from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.quic_backend import QuicSettings
 from sidecar.moqt.tls import CertificatePaths
+from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import Availability, StopReason
 from tests.moqt.test_relay_harness import RelayProcess
+from tests.moqt.test_transport import free_udp_port
 from tests.transfer.kv_net import MODEL, cert, network, relay, run, synthetic_kv  # noqa: F401
 
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float32")
@@ -253,5 +257,63 @@ def test_no_time_loads_nothing(
             subscriber.chunk_size = CHUNK
             result = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 0)
             assert result.stopped is StopReason.DEADLINE and not result.loaded
+
+    run(main)
+
+
+def test_the_relay_serves_later_decoders_from_its_cache(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """One prefill, three decoders: the publisher answers one FETCH per chunk in all."""
+    token_ids = list(range(70, 70 + 4 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=7)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            expected = roundtrip("int8", kv)
+            for _ in range(3):
+                subscriber = await net.subscriber()
+                subscriber.chunk_size = CHUNK
+                out = torch.zeros_like(kv)
+                result = await subscriber.load(MODEL, token_ids, out, 30)
+                assert result.loaded_tokens == (range(0, 4 * CHUNK),)
+                assert torch.equal(out, expected)
+            assert prompt.requests["int8"] == 4
+
+    run(main)
+
+
+def test_direct_from_publisher_to_subscriber(cert: CertificatePaths) -> None:  # noqa: F811
+    token_ids = list(range(900, 900 + 2 * CHUNK + 3))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=8)
+
+    async def main() -> None:
+        publisher = KVPublisher()
+        prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+        await prompt.publish(kv)
+        port = free_udp_port()
+        server = await api.serve(
+            "127.0.0.1",
+            port,
+            QuicSettings.loopback(),
+            cert=cert.cert,
+            key=cert.key,
+            publisher=publisher,
+        )
+        try:
+            async with network(f"moqt://127.0.0.1:{port}", cert) as net:
+                subscriber = await net.subscriber()
+                subscriber.chunk_size = CHUNK
+                out = torch.zeros_like(kv)
+                result = await subscriber.load(MODEL, token_ids, out, 30)
+                assert result.loaded_tokens == (range(0, len(token_ids)),)
+                assert torch.equal(out, roundtrip("int8", kv))
+        finally:
+            server.close()
 
     run(main)

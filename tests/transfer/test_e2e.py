@@ -1,0 +1,113 @@
+"""End to end on SmolLM2-135M's real KV: relay and publisher as processes, the subscriber here.
+
+The test prompts are prefixes of the pydoc text (tests/conftest.py); the KV of a prefix is
+the slice of the 4096-token prompt's KV (causal attention). A loaded cache must make the
+model predict the same next token as the recomputed one.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import PreTrainedModel
+
+from sidecar.kvcache.codecs import get_codec
+from sidecar.models import kv_store
+from sidecar.models.kv import forward_with_kv, kv_layout
+from sidecar.moqt.tls import CertificatePaths
+from sidecar.transfer.subscriber import StopReason
+from tests.moqt.test_relay_harness import RelayProcess
+from tests.transfer.kv_net import (  # noqa: F401
+    MODEL,
+    cert,
+    layout_of,
+    network,
+    publisher_process,
+    relay,
+    run,
+)
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+PUBLISHED = 640  # 5 chunks of 128
+
+
+def next_token(model: PreTrainedModel, kv: torch.Tensor, token_ids: list[int], cached: int) -> int:
+    """The model's next token after `token_ids`, given the KV of the first `cached` of them."""
+    return int(forward_with_kv(model, kv[:, :, :cached], token_ids[cached:])[-1].argmax())
+
+
+def test_loaded_cache_predicts_what_recompute_predicts(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+    smollm2: PreTrainedModel,
+    pydoc_kv: kv_store.PromptKV,
+    tmp_path: Path,
+) -> None:
+    """On the near-lossless track and on int8: the whole published prompt, then a shorter
+    query that shares two whole chunks with it (found from the catalog seen on the first
+    load) and recomputes its other 44 tokens."""
+    ids = list(pydoc_kv.token_ids[: PUBLISHED + 1])
+    exact = pydoc_kv.kv[:, :, :PUBLISHED]
+    layout = kv_layout(smollm2)
+    whole, shorter = ids[: PUBLISHED + 1], ids[:300]
+    expected_whole = next_token(smollm2, exact, whole, PUBLISHED)
+    expected_shorter = next_token(smollm2, exact, shorter, 299)
+    with publisher_process(relay.url, cert, exact, ids[:PUBLISHED], tmp_path, ("int8", "fp16")):
+
+        async def main() -> None:
+            async with network(relay.url, cert) as net:
+                subscriber = await net.subscriber()
+                for track in ("fp16", "int8"):
+                    out = torch.zeros(layout.shape(PUBLISHED))
+                    result = await subscriber.load(
+                        MODEL, ids[:PUBLISHED], out, 60, quality_order=(track,)
+                    )
+                    assert result.stopped is StopReason.COMPLETE
+                    assert result.loaded_tokens == (range(0, PUBLISHED),)
+                    assert next_token(smollm2, out, whole, PUBLISHED) == expected_whole, track
+
+                    partial = torch.zeros(layout.shape(300))
+                    result = await subscriber.load(
+                        MODEL, shorter, partial, 60, quality_order=(track,)
+                    )
+                    assert result.available == result.prefix_tokens == 256
+                    assert next_token(smollm2, partial, shorter, 256) == expected_shorter, track
+
+        run(main)
+
+
+def test_publisher_killed_mid_load(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+    pydoc_kv: kv_store.PromptKV,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL after two chunks arrived: the load returns those two, verified, and says it
+    ran out of time waiting for the rest (the relay cannot know the publisher is gone)."""
+    ids = list(pydoc_kv.token_ids[:PUBLISHED])
+    exact = pydoc_kv.kv[:, :, :PUBLISHED]
+    layout = layout_of(exact)
+    written: dict[int, torch.Tensor] = {}
+    with publisher_process(relay.url, cert, exact, ids, tmp_path) as publisher:
+
+        def sink(span: range, kv: torch.Tensor) -> None:
+            written[span.start] = kv
+            if len(written) == 2:
+                publisher.send_signal(signal.SIGKILL)
+
+        async def main() -> None:
+            async with network(relay.url, cert) as net:
+                subscriber = await net.subscriber()
+                result = await subscriber.load(MODEL, ids, sink, 4)
+                assert result.stopped is StopReason.DEADLINE
+                assert result.loaded_tokens == (range(0, 256),)
+                assert not result.rejected
+
+        run(main)
+    codec = get_codec("int8")
+    expected = codec.decode(codec.encode(exact[:, :, :256], layout), layout)
+    assert torch.equal(torch.cat([written[0], written[128]], dim=2), expected)
