@@ -192,22 +192,12 @@ class LoadRequest(_message.Message):
     def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoadProgress(_message.Message):
-    __slots__ = ("started", "chunk_loaded", "finished")
-    STARTED_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("chunk_loaded", "finished")
     CHUNK_LOADED_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
-    started: LoadStarted
     chunk_loaded: ChunkLoaded
     finished: LoadFinished
-    def __init__(self, started: _Optional[_Union[LoadStarted, _Mapping]] = ..., chunk_loaded: _Optional[_Union[ChunkLoaded, _Mapping]] = ..., finished: _Optional[_Union[LoadFinished, _Mapping]] = ...) -> None: ...
-
-class LoadStarted(_message.Message):
-    __slots__ = ("prompt_id", "available_tokens")
-    PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
-    AVAILABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    prompt_id: str
-    available_tokens: int
-    def __init__(self, prompt_id: _Optional[str] = ..., available_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, chunk_loaded: _Optional[_Union[ChunkLoaded, _Mapping]] = ..., finished: _Optional[_Union[LoadFinished, _Mapping]] = ...) -> None: ...
 
 class ChunkLoaded(_message.Message):
     __slots__ = ("chunk", "tokens", "track", "bytes")
@@ -234,17 +224,19 @@ class ChunkRejected(_message.Message):
     def __init__(self, chunk: _Optional[int] = ..., tokens: _Optional[_Union[TokenRange, _Mapping]] = ..., track: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class LoadFinished(_message.Message):
-    __slots__ = ("loaded", "prefix_tokens", "compute_tokens", "stop_reason", "rejected", "prompt_id")
+    __slots__ = ("loaded", "prefix_tokens", "compute_tokens", "stop_reason", "rejected", "prompt_id", "available_tokens")
     LOADED_FIELD_NUMBER: _ClassVar[int]
     PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     loaded: _containers.RepeatedCompositeFieldContainer[TokenRange]
     prefix_tokens: int
     compute_tokens: int
     stop_reason: StopReason
     rejected: _containers.RepeatedCompositeFieldContainer[ChunkRejected]
     prompt_id: str
-    def __init__(self, loaded: _Optional[_Iterable[_Union[TokenRange, _Mapping]]] = ..., prefix_tokens: _Optional[int] = ..., compute_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., rejected: _Optional[_Iterable[_Union[ChunkRejected, _Mapping]]] = ..., prompt_id: _Optional[str] = ...) -> None: ...
+    available_tokens: int
+    def __init__(self, loaded: _Optional[_Iterable[_Union[TokenRange, _Mapping]]] = ..., prefix_tokens: _Optional[int] = ..., compute_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., rejected: _Optional[_Iterable[_Union[ChunkRejected, _Mapping]]] = ..., prompt_id: _Optional[str] = ..., available_tokens: _Optional[int] = ...) -> None: ...
