@@ -58,9 +58,17 @@ def _reference(context: int, score: int) -> _Reference:
     )
 
 
+def _score(log_probs: torch.Tensor, ref: _Reference) -> Quality:
+    nll = -log_probs.gather(1, ref.targets[:, None]).mean().item()
+    kl = torch.sum(ref.log_probs.exp() * (ref.log_probs - log_probs), dim=-1).mean().item()
+    top1 = (log_probs.argmax(dim=-1) == ref.top1).float().mean().item()
+    return Quality(ppl=math.exp(nll), kl=kl, top1=top1)
+
+
 def reference_quality(context: int = 3072, score: int = 1024) -> Quality:
     """The uncompressed run's own figures (its KL is 0 and top-1 is 1 by definition)."""
-    return evaluate(lambda kv: kv, context=context, score=score)
+    ref = _reference(context, score)
+    return _score(ref.log_probs, ref)
 
 
 @torch.inference_mode()
@@ -79,8 +87,4 @@ def evaluate(roundtrip: RoundTrip, context: int = 3072, score: int = 1024) -> Qu
             f"{tuple(restored.shape)}"
         )
     logits = forward_with_kv(load_model(), restored, ref.scored_ids)
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    nll = -log_probs.gather(1, ref.targets[:, None]).mean().item()
-    kl = torch.sum(ref.log_probs.exp() * (ref.log_probs - log_probs), dim=-1).mean().item()
-    top1 = (log_probs.argmax(dim=-1) == ref.top1).float().mean().item()
-    return Quality(ppl=math.exp(nll), kl=kl, top1=top1)
+    return _score(torch.log_softmax(logits.float(), dim=-1), ref)
