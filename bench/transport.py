@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import socket
 import ssl
@@ -354,25 +355,36 @@ def _child_main(job_json: str) -> None:
 
 
 class _Child:
-    """One helper process of a measurement, speaking JSON lines on its stdout."""
+    """One helper process of a measurement, speaking JSON lines on its stdout.
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    Its stderr goes to a file that is shown only if the measurement fails: peers that hang up
+    once the figures are in make teardown noise that says nothing about the figures.
+    """
+
+    def __init__(self, process: asyncio.subprocess.Process, log: Path) -> None:
         self.process = process
         assert process.stdout is not None
         self.stdout = process.stdout
+        self.log = log
 
     @classmethod
-    async def start(cls, job: Job) -> _Child:
+    async def start(cls, job: Job, log: Path) -> _Child:
         # A process, not a thread: two endpoints in one interpreter would share one GIL.
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.transport", job.to_json(), stdout=asyncio.subprocess.PIPE
-        )
-        return cls(process)
+        with log.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bench.transport",
+                job.to_json(),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+            )
+        return cls(process, log)
 
     async def line(self, timeout: float) -> dict[str, Any]:
         text = await asyncio.wait_for(self.stdout.readline(), timeout)
         if not text:
-            raise RuntimeError("benchmark helper process exited early")
+            raise RuntimeError("benchmark helper process exited early (its stderr follows)")
         return dict(json.loads(text))
 
     async def stop(self) -> None:
@@ -381,18 +393,22 @@ class _Child:
         await self.process.wait()
 
 
-async def _measure(job: Job) -> Received:
+async def _measure(job: Job, logs: Path) -> Received:
     children: list[_Child] = []
+
+    async def start(child_job: Job) -> _Child:
+        child = await _Child.start(child_job, logs / f"{len(children)}-{child_job.kind}.log")
+        children.append(child)
+        return child
+
     try:
         if job.via_relay:
-            relay = await _Child.start(replace(job, kind="relay"))
-            children.append(relay)
+            relay = await start(replace(job, kind="relay"))
             port = (await relay.line(STEP_TIMEOUT_S))["port"]
             job = replace(job, relay_url=f"moqt://localhost:{port}/bench")
 
         async def start_receiver() -> tuple[int, Awaitable[Received]]:
-            child = await _Child.start(job)
-            children.append(child)
+            child = await start(job)
             port = int((await child.line(STEP_TIMEOUT_S))["port"])
 
             async def figures() -> Received:
@@ -402,6 +418,13 @@ async def _measure(job: Job) -> Received:
             return port, asyncio.ensure_future(figures())
 
         return await _SENDERS[job.kind](job, start_receiver)
+    except BaseException:
+        for child in children:
+            await child.stop()
+            print(
+                f"--- {child.log.name}:\n{child.log.read_text(errors='replace')}", file=sys.stderr
+            )
+        raise
     finally:
         for child in children:
             await child.stop()
@@ -409,10 +432,13 @@ async def _measure(job: Job) -> Received:
 
 def measure(job: Job) -> float:
     """One measurement in MB/s: a receiver process (and a relay) and this process sending."""
-    return transport.run(_measure(job)).mbps
+    with tempfile.TemporaryDirectory(prefix="kvmoq-bench-logs-") as logs:
+        return transport.run(_measure(job, Path(logs))).mbps
 
 
 def run(args: argparse.Namespace) -> int:
+    # qh3 logs every CONNECTION_CLOSE from a peer as a warning, and every run ends with one.
+    logging.getLogger("quic").setLevel(logging.ERROR)
     total = max(1, args.mbytes * 1_000_000 // CHUNK) * CHUNK
     backends = args.backend or list(BACKENDS)
     with_relay = relay_available()
