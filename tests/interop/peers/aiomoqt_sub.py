@@ -1,8 +1,8 @@
 """aiomoqt subscriber: SUBSCRIBEs with an AbsoluteStart {0,0} filter and prints every object.
 
-Each object's extension headers follow it as an "extensions" event. A SUBSCRIBE refused because the relay does not know the track yet (the publisher's
-announcement may still be in flight) is retried until the timeout. Exits 0 after
-groups x objects objects, 1 on timeout.
+Each object's extension headers follow it as an "extensions" event. A SUBSCRIBE refused
+because the relay does not know the track yet (the publisher's announcement may still be in
+flight) is retried until the timeout. Exits 0 after groups x objects objects, 1 on timeout.
 """
 
 from __future__ import annotations
