@@ -200,16 +200,10 @@ class LoadProgress(_message.Message):
     def __init__(self, chunk_loaded: _Optional[_Union[ChunkLoaded, _Mapping]] = ..., finished: _Optional[_Union[LoadFinished, _Mapping]] = ...) -> None: ...
 
 class ChunkLoaded(_message.Message):
-    __slots__ = ("chunk", "tokens", "track", "bytes")
-    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("tokens",)
     TOKENS_FIELD_NUMBER: _ClassVar[int]
-    TRACK_FIELD_NUMBER: _ClassVar[int]
-    BYTES_FIELD_NUMBER: _ClassVar[int]
-    chunk: int
     tokens: TokenRange
-    track: str
-    bytes: int
-    def __init__(self, chunk: _Optional[int] = ..., tokens: _Optional[_Union[TokenRange, _Mapping]] = ..., track: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, tokens: _Optional[_Union[TokenRange, _Mapping]] = ...) -> None: ...
 
 class ChunkRejected(_message.Message):
     __slots__ = ("chunk", "tokens", "track", "reason")
@@ -224,7 +218,14 @@ class ChunkRejected(_message.Message):
     def __init__(self, chunk: _Optional[int] = ..., tokens: _Optional[_Union[TokenRange, _Mapping]] = ..., track: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class LoadFinished(_message.Message):
-    __slots__ = ("loaded", "prefix_tokens", "compute_tokens", "stop_reason", "rejected", "prompt_id", "available_tokens")
+    __slots__ = ("loaded", "prefix_tokens", "compute_tokens", "stop_reason", "rejected", "prompt_id", "available_tokens", "track_bytes")
+    class TrackBytesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     LOADED_FIELD_NUMBER: _ClassVar[int]
     PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +233,7 @@ class LoadFinished(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRACK_BYTES_FIELD_NUMBER: _ClassVar[int]
     loaded: _containers.RepeatedCompositeFieldContainer[TokenRange]
     prefix_tokens: int
     compute_tokens: int
@@ -239,4 +241,5 @@ class LoadFinished(_message.Message):
     rejected: _containers.RepeatedCompositeFieldContainer[ChunkRejected]
     prompt_id: str
     available_tokens: int
-    def __init__(self, loaded: _Optional[_Iterable[_Union[TokenRange, _Mapping]]] = ..., prefix_tokens: _Optional[int] = ..., compute_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., rejected: _Optional[_Iterable[_Union[ChunkRejected, _Mapping]]] = ..., prompt_id: _Optional[str] = ..., available_tokens: _Optional[int] = ...) -> None: ...
+    track_bytes: _containers.ScalarMap[str, int]
+    def __init__(self, loaded: _Optional[_Iterable[_Union[TokenRange, _Mapping]]] = ..., prefix_tokens: _Optional[int] = ..., compute_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., rejected: _Optional[_Iterable[_Union[ChunkRejected, _Mapping]]] = ..., prompt_id: _Optional[str] = ..., available_tokens: _Optional[int] = ..., track_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
