@@ -54,7 +54,9 @@ from .errors import (
     UsageError,
 )
 from .messages import (
+    DEFAULT_FILTER,
     DRAFT_14,
+    NO_PARAMETERS,
     ClientSetup,
     ControlMessage,
     Fetch,
@@ -96,9 +98,6 @@ from .messages import (
 from .model import FullTrackName, GroupOrder, Location, ObjectStatus
 
 logger = logging.getLogger(__name__)
-
-_NO_PARAMETERS = Parameters()
-_ANY_FILTER = SubscriptionFilter()
 
 
 class QuicConnectionLike(Protocol):
@@ -339,11 +338,11 @@ class MoqtSession:
         self,
         track: FullTrackName,
         *,
-        filter: SubscriptionFilter = _ANY_FILTER,
+        filter: SubscriptionFilter = DEFAULT_FILTER,
         subscriber_priority: int = 128,
         group_order: GroupOrder = GroupOrder.ASCENDING,
         forward: bool = True,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         if any(t.track == track and t.done_at is None for t in self._remote_tracks.values()):
             raise UsageError(f"already subscribed to {track}")
@@ -369,7 +368,7 @@ class MoqtSession:
         *,
         subscriber_priority: int = 128,
         forward: bool = True,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         if subscription_request_id not in self._remote_tracks:
             raise UsageError(f"no subscription {subscription_request_id}")
@@ -400,7 +399,7 @@ class MoqtSession:
         *,
         subscriber_priority: int = 128,
         group_order: GroupOrder = GroupOrder.ASCENDING,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         if (
             isinstance(target, JoiningFetch)
@@ -429,7 +428,7 @@ class MoqtSession:
         group_order: GroupOrder = GroupOrder.ASCENDING,
         largest: Location | None = None,
         forward: bool = True,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         """Offer a track to the peer; objects may be sent right away with the returned id."""
         self._check_not_publishing(track)
@@ -444,15 +443,15 @@ class MoqtSession:
         self,
         track: FullTrackName,
         *,
-        filter: SubscriptionFilter = _ANY_FILTER,
-        parameters: Parameters = _NO_PARAMETERS,
+        filter: SubscriptionFilter = DEFAULT_FILTER,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         return self._request(
             TrackStatus(self._next_id(), track, 128, GroupOrder.ASCENDING, True, filter, parameters)
         )
 
     def publish_namespace(
-        self, namespace: tuple[bytes, ...], parameters: Parameters = _NO_PARAMETERS
+        self, namespace: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS
     ) -> int:
         if namespace in self._announced:
             raise UsageError(f"namespace {namespace!r} already published")
@@ -466,7 +465,7 @@ class MoqtSession:
         self._send(PublishNamespaceDone(namespace))
 
     def subscribe_namespace(
-        self, prefix: tuple[bytes, ...], parameters: Parameters = _NO_PARAMETERS
+        self, prefix: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS
     ) -> int:
         if prefix in self._namespace_subscriptions:
             raise UsageError(f"already subscribed to namespace prefix {prefix!r}")
@@ -495,7 +494,7 @@ class MoqtSession:
         expires: int = 0,
         group_order: GroupOrder = GroupOrder.ASCENDING,
         largest: Location | None = None,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         """Accept a SUBSCRIBE; returns the track alias we chose for it."""
         request = self._answerable(request_id, Subscribe)
@@ -512,8 +511,8 @@ class MoqtSession:
         forward: bool = True,
         subscriber_priority: int = 128,
         group_order: GroupOrder = GroupOrder.ASCENDING,
-        filter: SubscriptionFilter = _ANY_FILTER,
-        parameters: Parameters = _NO_PARAMETERS,
+        filter: SubscriptionFilter = DEFAULT_FILTER,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> None:
         self._answerable(request_id, Publish)
         self._reply(
@@ -527,7 +526,7 @@ class MoqtSession:
         *,
         end_of_track: bool = False,
         group_order: GroupOrder = GroupOrder.ASCENDING,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> None:
         self._answerable(request_id, Fetch)
         self._reply(FetchOk(request_id, end, end_of_track, group_order, parameters))
@@ -539,7 +538,7 @@ class MoqtSession:
         largest: Location | None = None,
         group_order: GroupOrder = GroupOrder.ASCENDING,
         expires: int = 0,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> None:
         self._answerable(request_id, TrackStatus)
         self._reply(TrackStatusOk(request_id, 0, expires, group_order, largest, parameters))

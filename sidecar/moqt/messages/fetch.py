@@ -1,0 +1,159 @@
+"""FETCH family: FETCH (standalone and joining), FETCH_OK, FETCH_ERROR, FETCH_CANCEL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar, Self
+
+from ..errors import DecodeError
+from ..model import FullTrackName, GroupOrder, Location
+from ..wire import (
+    Reader,
+    encode_location,
+    encode_varint,
+)
+from .base import (
+    ControlMessage,
+    _encode_track,
+    _read_group_order,
+    _read_track,
+    _register,
+    _RequestError,
+    _RequestIdOnly,
+)
+from .parameters import NO_PARAMETERS, Parameters
+
+
+@dataclass(frozen=True, slots=True)
+class StandaloneFetch:
+    """Objects from ``start`` to (``end_group``, ``end_object``) inclusive.
+
+    ``end_object`` None means the whole end group; on the wire the end object is sent +1 with
+    0 meaning "whole group".
+    """
+
+    track: FullTrackName
+    start: Location
+    end_group: int
+    end_object: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoiningFetch:
+    """A fetch joined to a Largest-Object subscription (relative: groups back; absolute: group)."""
+
+    joining_request_id: int
+    joining_start: int
+    absolute: bool = False
+
+
+class FetchType(IntEnum):
+    STANDALONE = 0x1
+    RELATIVE_JOINING = 0x2
+    ABSOLUTE_JOINING = 0x3
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class Fetch(ControlMessage):
+    TYPE: ClassVar[int] = 0x16
+    NEW_REQUEST: ClassVar[bool] = True
+
+    request_id: int
+    target: StandaloneFetch | JoiningFetch
+    subscriber_priority: int = 128
+    group_order: GroupOrder = GroupOrder.ASCENDING
+    parameters: Parameters = NO_PARAMETERS
+
+    @property
+    def fetch_type(self) -> FetchType:
+        if isinstance(self.target, StandaloneFetch):
+            return FetchType.STANDALONE
+        return FetchType.ABSOLUTE_JOINING if self.target.absolute else FetchType.RELATIVE_JOINING
+
+    def encode_payload(self) -> bytes:
+        target = self.target
+        if isinstance(target, StandaloneFetch):
+            end_object = 0 if target.end_object is None else target.end_object + 1
+            body = (
+                _encode_track(target.track)
+                + encode_location(target.start)
+                + encode_location(Location(target.end_group, end_object))
+            )
+        else:
+            body = encode_varint(target.joining_request_id) + encode_varint(target.joining_start)
+        return b"".join(
+            (
+                encode_varint(self.request_id),
+                bytes((self.subscriber_priority, self.group_order)),
+                encode_varint(self.fetch_type),
+                body,
+                self.parameters.encode(),
+            )
+        )
+
+    @classmethod
+    def decode_payload(cls, reader: Reader) -> Self:
+        request_id = reader.varint()
+        priority = reader.u8()
+        group_order = _read_group_order(reader, allow_default=True)
+        fetch_type = reader.varint()
+        target: StandaloneFetch | JoiningFetch
+        if fetch_type == FetchType.STANDALONE:
+            track = _read_track(reader)
+            start = reader.location()
+            end = reader.location()
+            end_object = None if end.object == 0 else end.object - 1
+            if Location(end.group, end_object if end_object is not None else start.object) < start:
+                raise DecodeError("fetch range ends before it starts")
+            target = StandaloneFetch(track, start, end.group, end_object)
+        elif fetch_type in (FetchType.RELATIVE_JOINING, FetchType.ABSOLUTE_JOINING):
+            target = JoiningFetch(
+                reader.varint(), reader.varint(), fetch_type == FetchType.ABSOLUTE_JOINING
+            )
+        else:
+            raise DecodeError(f"unknown fetch type {fetch_type}")
+        return cls(request_id, target, priority, group_order, Parameters.decode(reader))
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class FetchOk(ControlMessage):
+    TYPE: ClassVar[int] = 0x18
+
+    request_id: int
+    end: Location
+    end_of_track: bool = False
+    group_order: GroupOrder = GroupOrder.ASCENDING
+    parameters: Parameters = NO_PARAMETERS
+
+    def encode_payload(self) -> bytes:
+        return b"".join(
+            (
+                encode_varint(self.request_id),
+                bytes((self.group_order, self.end_of_track)),
+                encode_location(self.end),
+                self.parameters.encode(),
+            )
+        )
+
+    @classmethod
+    def decode_payload(cls, reader: Reader) -> Self:
+        request_id = reader.varint()
+        group_order = _read_group_order(reader, allow_default=False)
+        end_of_track = reader.flag("end of track")
+        end = reader.location()
+        return cls(request_id, end, end_of_track, group_order, Parameters.decode(reader))
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class FetchError(_RequestError):
+    TYPE: ClassVar[int] = 0x19
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class FetchCancel(_RequestIdOnly):
+    TYPE: ClassVar[int] = 0x17

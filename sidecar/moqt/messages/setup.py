@@ -1,0 +1,81 @@
+"""Session setup and flow control: CLIENT_SETUP, SERVER_SETUP, GOAWAY, MAX_REQUEST_ID,
+REQUESTS_BLOCKED."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Self
+
+from ..wire import (
+    Reader,
+    encode_bytes,
+    encode_varint,
+)
+from .base import MAX_GOAWAY_URI, ControlMessage, _register, _RequestIdOnly
+from .parameters import NO_SETUP_PARAMETERS, SetupParameters
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class ClientSetup(ControlMessage):
+    TYPE: ClassVar[int] = 0x20
+
+    versions: tuple[int, ...]
+    parameters: SetupParameters = NO_SETUP_PARAMETERS
+
+    def encode_payload(self) -> bytes:
+        versions = b"".join(encode_varint(v) for v in self.versions)
+        return encode_varint(len(self.versions)) + versions + self.parameters.encode()
+
+    @classmethod
+    def decode_payload(cls, reader: Reader) -> Self:
+        count = reader.count(reader.remaining, "version")
+        versions = tuple(reader.varint() for _ in range(count))
+        return cls(versions, SetupParameters.decode(reader))
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class ServerSetup(ControlMessage):
+    TYPE: ClassVar[int] = 0x21
+
+    version: int
+    parameters: SetupParameters = NO_SETUP_PARAMETERS
+
+    def encode_payload(self) -> bytes:
+        return encode_varint(self.version) + self.parameters.encode()
+
+    @classmethod
+    def decode_payload(cls, reader: Reader) -> Self:
+        return cls(reader.varint(), SetupParameters.decode(reader))
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class Goaway(ControlMessage):
+    TYPE: ClassVar[int] = 0x10
+
+    new_session_uri: bytes = b""
+
+    def encode_payload(self) -> bytes:
+        return encode_bytes(self.new_session_uri)
+
+    @classmethod
+    def decode_payload(cls, reader: Reader) -> Self:
+        return cls(reader.bytes_vi(MAX_GOAWAY_URI, "new session URI"))
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class MaxRequestId(_RequestIdOnly):
+    """``request_id`` is the new limit: the peer may use ids strictly below it."""
+
+    TYPE: ClassVar[int] = 0x15
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class RequestsBlocked(_RequestIdOnly):
+    """``request_id`` is the limit the sender is blocked on."""
+
+    TYPE: ClassVar[int] = 0x1A
