@@ -1,0 +1,201 @@
+"""The sidecar's settings, each from a flag, an environment variable or a TOML file.
+
+Precedence, highest first: command-line flag, `KVMOQ_<NAME>` environment variable, the
+config file (`--config FILE` or `KVMOQ_CONFIG`), the default. One table (`OPTIONS`) lists
+every setting once, so the flag, the variable, the file key and the help text cannot drift
+apart: a Kubernetes pod sets env, an operator's file sets the rest, a person at a shell
+overrides one flag.
+
+Values from every source go through the same parser, and an error names the source it
+came from, so a typo in the file is reported as a typo in the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.errors import KVCodecError
+from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS
+
+ENV_PREFIX = "KVMOQ_"
+CONFIG_ENV = "KVMOQ_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A setting that is missing or does not parse; the message names where it came from."""
+
+
+Address = tuple[str, int]
+
+
+def parse_address(text: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def format_address(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _unix_socket(text: str) -> Path:
+    if not text.startswith("unix://") or len(text) == len("unix://"):
+        raise ValueError(f"expected unix://PATH, got {text!r}")
+    return Path(text.removeprefix("unix://"))
+
+
+def _relay_url(text: str) -> str:
+    if not text.startswith("moqt://"):
+        raise ValueError(f"expected moqt://HOST:PORT, got {text!r}")
+    return text
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:
+            raise ValueError(f"must be positive, got {text!r}")
+        return value
+
+    return parse
+
+
+def _track(text: str) -> str:
+    try:
+        get_codec(text)
+    except KVCodecError as exc:
+        raise ValueError(str(exc)) from None
+    return text
+
+
+def _tracks(text: str) -> tuple[str, ...]:
+    tracks = tuple(_track(name.strip()) for name in text.split(",") if name.strip())
+    if not tracks:
+        raise ValueError("name at least one track")
+    return tracks
+
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    parse: Callable[[str], Any]
+    default: str | object | None
+    """Parsed like any other source; None: unset; `REQUIRED`: must come from somewhere."""
+    metavar: str
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("relay", _relay_url, REQUIRED, "URL", "the relay, moqt://HOST:PORT"),
+    Option("ca", Path, None, "FILE", "CA file the relay's certificate chains to"),
+    Option("grpc", _unix_socket, REQUIRED, "unix://PATH", "socket of the model server's API"),
+    Option("probe", parse_address, "127.0.0.1:7070", "HOST:PORT", "gRPC API and health over TCP"),
+    Option("http", parse_address, "127.0.0.1:9464", "HOST:PORT", "/healthz /readyz /metrics"),
+    Option("chunk_size", _positive(int), "128", "TOKENS", "tokens per chunk (MoQT group)"),
+    Option(
+        "tracks", _tracks, ",".join(DEFAULT_TRACKS), "LIST", "tracks a Publish offers by default"
+    ),
+    Option("default_track", _track, DEFAULT_TRACK, "TRACK", "track encoded eagerly"),
+    Option("load_seconds", _positive(float), "5", "S", "load time budget without a deadline"),
+    Option("max_request_tokens", _positive(int), str(1 << 17), "N", "most tokens in one request"),
+    Option("max_buffer_sets", _positive(int), "64", "N", "most buffer sets registered at once"),
+    Option("drain_seconds", _positive(float), "10", "S", "on SIGTERM, time loads get to finish"),
+    Option("relay_timeout", _positive(float), "10", "S", "relay silent this long: session gone"),
+    Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    relay: str
+    ca: Path | None
+    grpc: Path
+    probe: Address
+    http: Address
+    chunk_size: int
+    tracks: tuple[str, ...]
+    default_track: str
+    load_seconds: float
+    max_request_tokens: int
+    max_buffer_sets: int
+    drain_seconds: float
+    relay_timeout: float
+    max_datagram_size: int
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per option; unset flags stay None so lower sources can fill them."""
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help=f"TOML file of settings (env {CONFIG_ENV})"
+    )
+    for option in OPTIONS:
+        default = "required" if option.default is REQUIRED else f"default {option.default}"
+        parser.add_argument(
+            option.flag,
+            dest=option.name,
+            metavar=option.metavar,
+            help=f"{option.help} (env {option.env}; {default})",
+        )
+
+
+def resolve(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> SidecarConfig:
+    """Flag > env > config file > default, for every option."""
+    path = args.config or (Path(environ[CONFIG_ENV]) if environ.get(CONFIG_ENV) else None)
+    file_values = _read_file(path) if path is not None else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        sources = (
+            (option.flag, getattr(args, option.name, None)),
+            (option.env, environ.get(option.env)),
+            (f"{path}: {option.name}", file_values.get(option.name)),
+        )
+        source, raw = next(((s, v) for s, v in sources if v is not None), ("", None))
+        if raw is None:
+            if option.default is REQUIRED:
+                raise ConfigError(f"set {option.flag}, {option.env} or {option.name} in a file")
+            if option.default is None:
+                values[option.name] = None
+                continue
+            source, raw = "default", option.default
+        try:
+            values[option.name] = option.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    return SidecarConfig(**values)
+
+
+def _read_file(path: Path) -> dict[str, str]:
+    """The file's settings as strings (lists joined by commas), for the common parsers."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    known = {option.name for option in OPTIONS}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown settings {unknown}; known: {sorted(known)}")
+    return {
+        key: ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        for key, value in data.items()
+    }

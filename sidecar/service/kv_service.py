@@ -1,0 +1,416 @@
+"""What the sidecar does for a model server, with no gRPC in sight.
+
+Buffer sets in, prompts published from them, loads written into them. The servicer turns
+protobuf into these calls and these results back into protobuf; tests and other adapters
+could drive this class directly.
+
+A load's chunks are written synchronously inside the subscriber's callback, between two
+awaits, so whatever stops a load (deadline, relay gone, client gone, shutdown) stops it
+between chunks: every token position is either fully written and verified, and reported,
+or untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import secrets
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.errors import KVCodecError
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
+from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_links
+from sidecar.log import get_logger
+from sidecar.moqt.api import MoqtApiError
+from sidecar.service.buffers import BufferSet, Placement
+from sidecar.service.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+from sidecar.service.metrics import Metrics
+from sidecar.service.relay_link import RelayLink
+from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate
+from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS, PublishedPrompt, PublishError
+from sidecar.transfer.subscriber import LoadedChunk, LoadResult, RejectedChunk, StopReason
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    tracks: tuple[str, ...] = DEFAULT_TRACKS
+    """Offered when a Publish names none."""
+    default_track: str = DEFAULT_TRACK
+    load_seconds: float = 5.0
+    """A load's time budget when the request sets no deadline."""
+    max_request_tokens: int = 1 << 17
+    max_buffer_sets: int = 64
+
+
+class LoadStop(enum.Enum):
+    """Why a load ended: the subscriber's reasons, plus the two only the process knows."""
+
+    COMPLETE = "complete"
+    NOT_FOUND = "not found"
+    DEADLINE = "deadline"
+    PUBLISHER_GONE = "publisher gone"
+    CATALOG_INVALID = "catalog invalid"
+    RELAY_GONE = "relay gone"
+    CANCELLED = "cancelled"
+
+
+_STOPS = {
+    StopReason.COMPLETE: LoadStop.COMPLETE,
+    StopReason.NOT_FOUND: LoadStop.NOT_FOUND,
+    StopReason.DEADLINE: LoadStop.DEADLINE,
+    StopReason.PUBLISHER_GONE: LoadStop.PUBLISHER_GONE,
+    StopReason.CATALOG_INVALID: LoadStop.CATALOG_INVALID,
+    StopReason.SESSION_GONE: LoadStop.RELAY_GONE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    prompt: PromptName | None
+    tokens: int
+    ready_tokens: int
+    relay_url: str
+    estimated_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkWritten:
+    """Token positions just written into the destination, after verification."""
+
+    tokens: range
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOutcome:
+    token_count: int
+    stop: LoadStop
+    loaded: tuple[range, ...]
+    """Maximal ranges of token positions written; nothing else was touched."""
+    prompt: PromptName | None = None
+    available: int = 0
+    chunks: tuple[LoadedChunk, ...] = ()
+    """What the subscriber reported loading (empty when the load was cancelled)."""
+    rejected: tuple[RejectedChunk, ...] = ()
+
+    @property
+    def track_bytes(self) -> Counter[str]:
+        sizes: Counter[str] = Counter()
+        for chunk in self.chunks:
+            sizes[chunk.track] += chunk.nbytes
+        return sizes
+
+    @property
+    def prefix_tokens(self) -> int:
+        return self.loaded[0].stop if self.loaded and self.loaded[0].start == 0 else 0
+
+    @property
+    def compute_tokens(self) -> int:
+        return self.token_count - self.prefix_tokens
+
+
+LoadEvent = ChunkWritten | LoadOutcome
+
+
+class KVService:
+    """Buffer sets, the prompts published from them, and the loads writing into them."""
+
+    def __init__(
+        self,
+        link: RelayLink,
+        metrics: Metrics,
+        settings: ServiceSettings = ServiceSettings(),
+    ) -> None:
+        self.link = link
+        self.metrics = metrics
+        self.settings = settings
+        self.draining = False
+        self.throughput = ThroughputEstimate()
+        """Of recent loads; what Lookup's time estimate divides by."""
+        self._sets: dict[str, BufferSet] = {}
+        self._writers: Counter[str] = Counter()
+        self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
+        self._loads: set[asyncio.Task[None]] = set()
+
+    # Buffer sets ------------------------------------------------------------------------
+
+    def register(self, buffers: BufferSet) -> str:
+        self._accepting()
+        if len(self._sets) >= self.settings.max_buffer_sets:
+            raise FailedPrecondition(
+                f"{len(self._sets)} buffer sets are registered, the most this sidecar holds;"
+                " unregister one first"
+            )
+        set_id = secrets.token_hex(8)
+        self._sets[set_id] = buffers
+        log.info("buffers_registered", buffer_set=set_id, model=buffers.model)
+        return set_id
+
+    def unregister(self, set_id: str) -> None:
+        self._get(set_id)
+        if self._writers[set_id]:
+            raise FailedPrecondition(
+                f"buffer set {set_id} has {self._writers[set_id]} loads writing into it;"
+                " wait for their LoadFinished"
+            )
+        del self._sets[set_id]
+        log.info("buffers_unregistered", buffer_set=set_id)
+
+    def _get(self, set_id: str) -> BufferSet:
+        buffers = self._sets.get(set_id)
+        if buffers is None:
+            raise NotFound(f"no buffer set {set_id!r}: register the buffers first")
+        return buffers
+
+    def _accepting(self) -> None:
+        if self.draining:
+            raise Unavailable("the sidecar is shutting down; use another one")
+
+    def _request(self, set_id: str, token_ids: Sequence[int]) -> BufferSet:
+        """The buffer set of a Publish, Lookup or Load whose tokens are within limits."""
+        self._accepting()
+        buffers = self._get(set_id)
+        limit = min(self.settings.max_request_tokens, MAX_TOKENS)
+        if not 0 < len(token_ids) <= limit:
+            raise InvalidArgument(f"token_ids holds {len(token_ids)} tokens; send 1 to {limit}")
+        return buffers
+
+    # Publish ----------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        set_id: str,
+        token_ids: Sequence[int],
+        source: Placement,
+        tracks: Sequence[str] = (),
+        default_track: str = "",
+    ) -> PublishedPrompt:
+        """Copy the prompt's KV out of the buffers and publish it; a prompt published before
+        is answered as it is (the same tokens have the same KV)."""
+        buffers = self._request(set_id, token_ids)
+        buffers.check(source, len(token_ids))
+        offered = tuple(tracks) or self.settings.tracks
+        default = default_track or (
+            self.settings.default_track if self.settings.default_track in offered else offered[0]
+        )
+        links = chunk_links(token_ids, self.settings.chunk_size)
+        namespace = PromptName(buffers.model, links[-1].hex()).namespace()
+        known = self._published.get(namespace)
+        if known is not None:
+            return known
+        kv = buffers.read(source, len(token_ids))
+        try:
+            buffers.layout.check(kv, finite=True)
+            prompt = self.link.publisher.prompt(
+                buffers.model,
+                buffers.layout,
+                token_ids,
+                tracks=offered,
+                default_track=default,
+                chunk_size=self.settings.chunk_size,
+            )
+        except (PublishError, KVCodecError) as exc:
+            raise InvalidArgument(str(exc)) from None
+        self._published[namespace] = prompt
+        await self.link.announce(prompt.namespace)
+        await prompt.publish(kv)
+        assert prompt.catalog is not None
+        for index in range(prompt.chunk_count):
+            for track, size in prompt.catalog.chunk_bytes(index).items():
+                self.metrics.published_bytes.labels(track).inc(size)
+                self.metrics.published_chunks.labels(track).inc()
+        log.info(
+            "prompt_published",
+            prompt=prompt.name.prompt_id,
+            tokens=len(token_ids),
+            tracks=list(prompt.offered),
+        )
+        return prompt
+
+    # Lookup -----------------------------------------------------------------------------
+
+    async def lookup(self, set_id: str, token_ids: Sequence[int]) -> Found:
+        buffers = self._request(set_id, token_ids)
+        subscriber = self.link.subscriber
+        found = Found(None, 0, 0, self.link.url, 0.0)
+        if subscriber is not None:
+            try:
+                availability = await subscriber.lookup(buffers.model, token_ids)
+            except (MoqtApiError, ConnectionError) as exc:
+                log.warning("lookup_relay_gone", error=str(exc))
+            else:
+                seconds = (
+                    availability.tokens
+                    * buffers.layout.fp16_bytes_per_token
+                    / self.throughput.bytes_per_second
+                )
+                found = Found(
+                    availability.prompt,
+                    availability.tokens,
+                    availability.ready_tokens,
+                    self.link.url,
+                    seconds,
+                )
+        self.metrics.lookups.labels("hit" if found.tokens else "miss").inc()
+        return found
+
+    # Load -------------------------------------------------------------------------------
+
+    async def load(
+        self,
+        set_id: str,
+        token_ids: Sequence[int],
+        destination: Placement,
+        deadline: float,
+        tracks: Sequence[str] = (),
+    ) -> AsyncIterator[LoadEvent]:
+        """Each chunk as it is written, then the outcome; `deadline` in seconds from now."""
+        buffers = self._request(set_id, token_ids)
+        buffers.check(destination, len(token_ids))
+        if deadline <= 0:
+            raise DeadlineExceeded(f"the deadline passed {-deadline:.3f} s before the load")
+        for track in tracks:
+            try:
+                get_codec(track)
+            except KVCodecError as exc:
+                raise InvalidArgument(str(exc)) from None
+        events: asyncio.Queue[LoadEvent | Exception] = asyncio.Queue()
+        task = asyncio.create_task(
+            self._load(
+                buffers,
+                token_ids,
+                destination,
+                deadline,
+                tuple(tracks) or QUALITY_ORDER,
+                events.put_nowait,
+            )
+        )
+        self._loads.add(task)
+        self._writers[set_id] += 1
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, Exception):
+                    raise event
+                yield event
+                if isinstance(event, LoadOutcome):
+                    return
+        finally:
+            task.cancel()
+            self._loads.discard(task)
+            self._writers[set_id] -= 1
+
+    async def _load(
+        self,
+        buffers: BufferSet,
+        token_ids: Sequence[int],
+        destination: Placement,
+        deadline: float,
+        quality_order: tuple[str, ...],
+        emit: Callable[[LoadEvent | Exception], None],
+    ) -> None:
+        clock = asyncio.get_running_loop().time
+        started = clock()
+        written: list[range] = []
+        layout = buffers.layout
+
+        def write(tokens: range, kv: torch.Tensor) -> None:
+            expected = layout.shape(len(tokens))
+            if tuple(kv.shape) != expected:
+                raise FailedPrecondition(
+                    f"the published prompt's KV is {tuple(kv.shape)} for {len(tokens)} tokens;"
+                    f" these buffers hold {expected}: another model or layout"
+                )
+            buffers.write(destination, tokens, kv)
+            written.append(tokens)
+            emit(ChunkWritten(tokens))
+
+        result: LoadResult | None = None
+        subscriber = self.link.subscriber
+        try:
+            if subscriber is None:
+                stop = LoadStop.RELAY_GONE
+            else:
+                result = await subscriber.load(
+                    buffers.model, token_ids, write, deadline, quality_order=quality_order
+                )
+                stop = _STOPS[result.stopped]
+        except asyncio.CancelledError:
+            stop = LoadStop.CANCELLED
+        except (MoqtApiError, ConnectionError):
+            stop = LoadStop.RELAY_GONE
+        except Exception as exc:
+            emit(exc)
+            return
+        outcome = LoadOutcome(len(token_ids), stop, _spans(written))
+        if result is not None:
+            outcome = LoadOutcome(
+                len(token_ids),
+                stop,
+                outcome.loaded,
+                result.prompt,
+                result.available,
+                result.loaded,
+                result.rejected,
+            )
+            for chunk in result.loaded:
+                self.throughput = self.throughput.observe(chunk.nbytes, chunk.seconds)
+        self._account(outcome, clock() - started)
+        emit(outcome)
+
+    def _account(self, outcome: LoadOutcome, seconds: float) -> None:
+        metrics = self.metrics
+        metrics.load_seconds.labels(outcome.stop.value).observe(seconds)
+        metrics.lookups.labels("hit" if outcome.available else "miss").inc()
+        metrics.verification_failures.inc(len(outcome.rejected))
+        for chunk in outcome.chunks:
+            metrics.loaded_bytes.labels(chunk.track).inc(chunk.nbytes)
+            metrics.loaded_chunks.labels(chunk.track).inc()
+        log.info(
+            "load_finished",
+            stop=outcome.stop.value,
+            prompt=outcome.prompt.prompt_id if outcome.prompt else None,
+            loaded=[(span.start, span.stop) for span in outcome.loaded],
+            compute_tokens=outcome.compute_tokens,
+            rejected=len(outcome.rejected),
+            seconds=round(seconds, 4),
+        )
+
+    # Shutdown ---------------------------------------------------------------------------
+
+    async def drain(self, grace: float) -> None:
+        """Take no new work; give running loads `grace` seconds, then cancel the rest (each
+        still ends with a LoadFinished that says what it wrote)."""
+        self.draining = True
+        running = set(self._loads)
+        if not running:
+            return
+        log.info("draining", loads=len(running), grace=grace)
+        _, pending = await asyncio.wait(running, timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _spans(tokens: Sequence[range]) -> tuple[range, ...]:
+    """Chunks in load order as maximal contiguous ranges."""
+    spans: list[range] = []
+    for span in sorted(tokens, key=lambda s: s.start):
+        if spans and spans[-1].stop == span.start:
+            spans[-1] = range(spans[-1].start, span.stop)
+        else:
+            spans.append(span)
+    return tuple(spans)

@@ -1,0 +1,118 @@
+"""The sidecar's MoQT session to its relay, kept up for as long as the process runs.
+
+The relay is a separate process on another machine: it restarts, it is rolled, the link
+drops. `RelayLink.run` connects, announces every prompt this sidecar publishes (so
+subscribers are routed to it again), and when the session closes or the relay says GOAWAY
+it reconnects after a jittered exponential backoff. While it is down, `subscriber` is None:
+lookups find nothing and loads end at once, so the model server computes its tokens itself
+instead of waiting on a relay that may not come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sidecar.kvcache.prefix_index import PrefixIndex
+from sidecar.log import get_logger
+from sidecar.moqt import api
+from sidecar.moqt.api import MoqtApiError
+from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.transfer.publisher import KVPublisher
+from sidecar.transfer.subscriber import KVSubscriber
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before reconnect attempt `n` (0-based): doubling from `initial` up to `maximum`,
+    each drawn uniformly from its upper half so a fleet of sidecars does not reconnect in
+    lockstep after a relay restart."""
+
+    initial: float = 0.2
+    maximum: float = 10.0
+
+    def delay(self, attempt: int) -> float:
+        ceiling = min(self.maximum, self.initial * 2 ** min(attempt, 32))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+class RelayLink:
+    """One session at a time to the relay at `url`; `run()` keeps it up until cancelled."""
+
+    def __init__(
+        self,
+        url: str,
+        settings: QuicSettings,
+        publisher: KVPublisher,
+        *,
+        chunk_size: int,
+        backoff: Backoff = Backoff(),
+        on_change: Callable[[bool, bool], None] = lambda up, reconnect: None,
+    ) -> None:
+        """`on_change(up, reconnect)` hears every session opened (reconnect: not the first
+        one) and closed, for readiness, health and metrics."""
+        self.url = url
+        self.settings = settings
+        self.publisher = publisher
+        self.chunk_size = chunk_size
+        self.backoff = backoff
+        self.index = PrefixIndex()
+        """Catalog links seen, kept across sessions: a prompt outlives a reconnect."""
+        self.session: api.Session | None = None
+        self.subscriber: KVSubscriber | None = None
+        self._on_change = on_change
+        self._sessions = 0
+        self._announced: set[tuple[bytes, ...]] = set()
+
+    @property
+    def up(self) -> bool:
+        return self.session is not None
+
+    async def run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                async with api.connect(self.url, self.settings, publisher=self.publisher) as s:
+                    await self._serve(s)
+                    attempt = 0
+            except (ConnectionError, MoqtApiError, OSError, TimeoutError) as exc:
+                log.warning("relay_unreachable", url=self.url, error=str(exc), attempt=attempt)
+            finally:
+                if self.session is not None:
+                    self.session = self.subscriber = None
+                    self._on_change(False, False)
+            await asyncio.sleep(self.backoff.delay(attempt))
+            attempt += 1
+
+    async def _serve(self, session: api.Session) -> None:
+        """Announce what is published, go up, and return once the session is over."""
+        self.session = session
+        self._announced = set()
+        for namespace in sorted(self.publisher.namespaces):
+            await self.announce(namespace)
+        self.subscriber = KVSubscriber(session, chunk_size=self.chunk_size, index=self.index)
+        self._sessions += 1
+        log.info("relay_connected", url=self.url, session=self._sessions)
+        self._on_change(True, self._sessions > 1)
+        connection = session.connection
+        await asyncio.wait(
+            [connection.closed, connection.goaway], return_when=asyncio.FIRST_COMPLETED
+        )
+        reason = "goaway" if connection.goaway.done() else "closed"
+        log.warning("relay_session_over", url=self.url, reason=reason)
+
+    async def announce(self, namespace: tuple[bytes, ...]) -> None:
+        """Route subscribers of `namespace` to this sidecar, once per session; a session
+        opened later announces it by itself (`publisher.namespaces`)."""
+        session = self.session
+        if session is None or namespace in self._announced:
+            return
+        self._announced.add(namespace)
+        try:
+            await session.publish_namespace(namespace)
+        except (ConnectionError, MoqtApiError) as exc:
+            log.warning("announce_failed", error=str(exc))
