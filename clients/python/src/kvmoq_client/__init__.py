@@ -1,0 +1,1 @@
+"""Client library of the kvmoq sidecar; the generated gRPC stubs live in `kvmoq_client.v1`."""
