@@ -164,7 +164,7 @@ class PublishedPrompt:
             raise PublishError("every chunk of the prompt is already published")
         start = index * self.chunk_size
         tokens = min(self.chunk_size, len(self.token_ids) - start)
-        if self.layout.check(kv, finite=True) != tokens:
+        if self.layout.check(kv) != tokens:
             raise PublishError(f"chunk {index} must hold {tokens} tokens, got {kv.shape[2]}")
         if self.catalog is None:
             tables = {name: get_codec(name).fit_tables(self.layout, kv) for name in self.offered}
