@@ -204,7 +204,7 @@ def render(rows: Sequence[tuple[str, Figures]], reference: Quality, title: str) 
             f"{f.bits_per_element:.2f}",
             f"{f.ratio_vs_fp16:.2f}x",
             f"{f.ppl:.3f}",
-            f"{f.kl:.2g}",
+            f"{f.kl:.3g}",
             f"{100 * f.top1:.1f}%",
             f"{f.encode_mbps:.1f}",
             f"{f.decode_mbps:.1f}",
