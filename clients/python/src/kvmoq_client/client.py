@@ -1,0 +1,140 @@
+"""The blocking client: what a threaded model server (vLLM worker, HF script) calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Self, TypeVar
+
+import grpc
+
+from kvmoq_client.errors import SidecarError, from_rpc_error
+from kvmoq_client.requests import load_request, lookup_request, no_finish, publish_request
+from kvmoq_client.v1 import kv_cache_pb2, kv_cache_pb2_grpc
+
+DEFAULT_TARGET = "unix:///run/kvmoq/sidecar.sock"
+"""Where the sidecar listens in the pod (the socket lives in a volume both containers mount)."""
+
+_Reply = TypeVar("_Reply")
+
+
+class Load:
+    """A running Load: iterate to get each `ChunkLoaded` as its tokens land in the buffers.
+
+    Once iteration ends, `finished` says which tokens were loaded and how many the model
+    server must compute itself. A failed call raises a `SidecarError` from the iteration.
+    """
+
+    def __init__(self, call: grpc.Call, buffer_set_id: str) -> None:
+        self._call = call
+        self._buffer_set_id = buffer_set_id
+        self.finished: kv_cache_pb2.LoadFinished | None = None
+
+    def __iter__(self) -> Iterator[kv_cache_pb2.ChunkLoaded]:
+        try:
+            for progress in self._call:  # type: ignore[attr-defined]
+                if progress.HasField("finished"):
+                    self.finished = progress.finished
+                else:
+                    yield progress.chunk_loaded
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        if self.finished is None:
+            raise SidecarError(grpc.StatusCode.UNKNOWN, no_finish(self._buffer_set_id))
+
+    def wait(self) -> kv_cache_pb2.LoadFinished:
+        """Drain the progress and return the outcome."""
+        for _ in self:
+            pass
+        assert self.finished is not None  # __iter__ raised otherwise
+        return self.finished
+
+    def cancel(self) -> None:
+        """Stop the load; tokens already reported stay written, nothing else is touched."""
+        self._call.cancel()
+
+
+class KVCacheClient:
+    """The sidecar's KVCacheService over one channel; safe to share between threads.
+
+    `wait_for_ready` makes calls wait for a sidecar that is still starting instead of
+    failing with `Unavailable`; `timeout` is the default deadline of every call.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float | None = None,
+        wait_for_ready: bool = False,
+    ) -> None:
+        self._channel = grpc.insecure_channel(target)
+        self._stub = kv_cache_pb2_grpc.KVCacheServiceStub(self._channel)
+        self._timeout = timeout
+        self._wait_for_ready = wait_for_ready
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _unary(self, method: Callable[..., _Reply], request: object) -> _Reply:
+        try:
+            return method(request, timeout=self._timeout, wait_for_ready=self._wait_for_ready)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def register_buffers(self, request: kv_cache_pb2.RegisterBuffersRequest) -> str:
+        """Hand the sidecar a model's KV buffers; returns the buffer set id for later calls."""
+        return self._unary(self._stub.RegisterBuffers, request).buffer_set_id
+
+    def unregister_buffers(self, buffer_set_id: str) -> None:
+        """Once this returns the sidecar holds no view of the buffers: they may be freed."""
+        request = kv_cache_pb2.UnregisterBuffersRequest(buffer_set_id=buffer_set_id)
+        self._unary(self._stub.UnregisterBuffers, request)
+
+    def publish(
+        self,
+        buffer_set_id: str,
+        token_ids: Sequence[int],
+        source: kv_cache_pb2.KVLocation,
+        *,
+        tracks: Sequence[str] = (),
+        default_track: str = "",
+    ) -> kv_cache_pb2.PublishResponse:
+        """Publish the KV of `token_ids` read from `source`; the slots are free again on return."""
+        request = publish_request(buffer_set_id, token_ids, source, tracks, default_track)
+        return self._unary(self._stub.Publish, request)
+
+    def lookup(self, buffer_set_id: str, token_ids: Sequence[int]) -> kv_cache_pb2.LookupResponse:
+        return self._unary(self._stub.Lookup, lookup_request(buffer_set_id, token_ids))
+
+    def load(
+        self,
+        buffer_set_id: str,
+        token_ids: Sequence[int],
+        destination: kv_cache_pb2.KVLocation,
+        *,
+        tracks: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> Load:
+        """Start loading the longest available prefix into `destination`.
+
+        `timeout` (else the client's default) is the deadline the sidecar plans the load
+        against: chunks that cannot arrive in time are left for the model server to compute.
+        """
+        call = self._stub.Load(
+            load_request(buffer_set_id, token_ids, destination, tracks),
+            timeout=self._timeout if timeout is None else timeout,
+            wait_for_ready=self._wait_for_ready,
+        )
+        return Load(call, buffer_set_id)

@@ -1,0 +1,56 @@
+"""Request messages built from plain Python values, shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kvmoq_client.v1 import kv_cache_pb2
+
+
+def token_slots(start: int, end: int) -> kv_cache_pb2.KVLocation:
+    """Slots `[start, end)` of contiguous buffers, holding the request's tokens in order."""
+    return kv_cache_pb2.KVLocation(token_range=kv_cache_pb2.TokenRange(start=start, end=end))
+
+
+def paged_blocks(block_ids: Iterable[int]) -> kv_cache_pb2.KVLocation:
+    """Paged blocks: token i of the request is in `block_ids[i // block_size]`."""
+    return kv_cache_pb2.KVLocation(blocks=kv_cache_pb2.BlockList(block_ids=list(block_ids)))
+
+
+def publish_request(
+    buffer_set_id: str,
+    token_ids: Sequence[int],
+    source: kv_cache_pb2.KVLocation,
+    tracks: Sequence[str],
+    default_track: str,
+) -> kv_cache_pb2.PublishRequest:
+    return kv_cache_pb2.PublishRequest(
+        buffer_set_id=buffer_set_id,
+        token_ids=list(token_ids),
+        source=source,
+        tracks=list(tracks),
+        default_track=default_track,
+    )
+
+
+def lookup_request(buffer_set_id: str, token_ids: Sequence[int]) -> kv_cache_pb2.LookupRequest:
+    return kv_cache_pb2.LookupRequest(buffer_set_id=buffer_set_id, token_ids=list(token_ids))
+
+
+def load_request(
+    buffer_set_id: str,
+    token_ids: Sequence[int],
+    destination: kv_cache_pb2.KVLocation,
+    tracks: Sequence[str],
+) -> kv_cache_pb2.LoadRequest:
+    return kv_cache_pb2.LoadRequest(
+        buffer_set_id=buffer_set_id,
+        token_ids=list(token_ids),
+        destination=destination,
+        tracks=list(tracks),
+    )
+
+
+def no_finish(buffer_set_id: str) -> str:
+    """The message for a Load stream that ended without its LoadFinished."""
+    return f"the load into buffer set {buffer_set_id} ended without a LoadFinished"
