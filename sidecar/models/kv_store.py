@@ -97,6 +97,7 @@ def write_kv_file(path: Path, prompt: PromptKV) -> None:
     os.close(fd)
     try:
         safetensors.torch.save_file(tensors, tmp_name, metadata=metadata)
+        os.chmod(tmp_name, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
