@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sidecar.cli import main
-from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.codecs.int4 import INT4
 from sidecar.kvcache.layout import KVLayout
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -38,7 +38,7 @@ def test_every_compression_has_every_figure(result: dict[str, Any]) -> None:
 def test_sizes_are_the_payload_sizes(result: dict[str, Any]) -> None:
     layout = KVLayout(num_layers=30, num_kv_heads=3, head_dim=64, dtype="float16")
     int4 = result["codecs"]["int4"]
-    expected_bits = 8 * get_codec("int4").payload_size(layout) / layout.elements_per_token
+    expected_bits = 8 * INT4.payload_size(layout) / layout.elements_per_token
     assert int4["bits_per_element"] == pytest.approx(expected_bits)
     assert int4["ratio_vs_fp16"] == pytest.approx(16 / expected_bits)
 
