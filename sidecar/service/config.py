@@ -88,6 +88,13 @@ def _tracks(text: str) -> tuple[str, ...]:
 REQUIRED = object()
 
 
+def _paths(text: str) -> tuple[Path, ...]:
+    paths = tuple(Path(name.strip()) for name in text.split(",") if name.strip())
+    if not paths or not all(path.is_absolute() for path in paths):
+        raise ValueError(f"expected absolute directories separated by commas, got {text!r}")
+    return paths
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str
@@ -123,6 +130,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("drain_seconds", _positive(float), "10", "S", "on SIGTERM, time loads get to finish"),
     Option("relay_timeout", _positive(float), "10", "S", "relay silent this long: session gone"),
     Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
+    Option("shm_roots", _paths, "/dev/shm", "DIRS", "where shared-memory handles may point"),
 )
 
 
@@ -142,6 +150,7 @@ class SidecarConfig:
     drain_seconds: float
     relay_timeout: float
     max_datagram_size: int
+    shm_roots: tuple[Path, ...]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +159,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", type=Path, metavar="FILE", help=f"TOML file of settings (env {CONFIG_ENV})"
     )
     for option in OPTIONS:
-        default = "required" if option.default is REQUIRED else f"default {option.default}"
+        default = {REQUIRED: "required", None: "optional"}.get(
+            option.default, f"default {option.default}"
+        )
         parser.add_argument(
             option.flag,
             dest=option.name,

@@ -249,7 +249,7 @@ class KVService:
         if subscriber is not None:
             try:
                 availability = await subscriber.lookup(buffers.model, token_ids)
-            except (MoqtApiError, ConnectionError) as exc:
+            except (MoqtApiError, ConnectionError, TimeoutError) as exc:
                 log.warning("lookup_relay_gone", error=str(exc))
             else:
                 seconds = (
@@ -287,6 +287,7 @@ class KVService:
                 get_codec(track)
             except KVCodecError as exc:
                 raise InvalidArgument(str(exc)) from None
+        log.info("load_started", tokens=len(token_ids), deadline=round(deadline, 3))
         events: asyncio.Queue[LoadEvent | Exception] = asyncio.Queue()
         task = asyncio.create_task(
             self._load(
@@ -350,8 +351,8 @@ class KVService:
                 stop = _STOPS[result.stopped]
         except asyncio.CancelledError:
             stop = LoadStop.CANCELLED
-        except (MoqtApiError, ConnectionError):
-            stop = LoadStop.RELAY_GONE
+        except (MoqtApiError, ConnectionError, TimeoutError):
+            stop = LoadStop.RELAY_GONE  # closed, or silent past the MoQT request timeout
         except Exception as exc:
             emit(exc)
             return

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sidecar.kvcache.prefix_index import PrefixIndex
@@ -51,7 +51,7 @@ class RelayLink:
         *,
         chunk_size: int,
         backoff: Backoff = Backoff(),
-        on_change: Callable[[bool, bool], None] = lambda up, reconnect: None,
+        on_change: Callable[[bool, bool], Awaitable[None]] | None = None,
     ) -> None:
         """`on_change(up, reconnect)` hears every session opened (reconnect: not the first
         one) and closed, for readiness, health and metrics."""
@@ -84,7 +84,7 @@ class RelayLink:
             finally:
                 if self.session is not None:
                     self.session = self.subscriber = None
-                    self._on_change(False, False)
+                    await self._changed(False, False)
             await asyncio.sleep(self.backoff.delay(attempt))
             attempt += 1
 
@@ -97,13 +97,17 @@ class RelayLink:
         self.subscriber = KVSubscriber(session, chunk_size=self.chunk_size, index=self.index)
         self._sessions += 1
         log.info("relay_connected", url=self.url, session=self._sessions)
-        self._on_change(True, self._sessions > 1)
+        await self._changed(True, self._sessions > 1)
         connection = session.connection
         await asyncio.wait(
             [connection.closed, connection.goaway], return_when=asyncio.FIRST_COMPLETED
         )
         reason = "goaway" if connection.goaway.done() else "closed"
         log.warning("relay_session_over", url=self.url, reason=reason)
+
+    async def _changed(self, up: bool, reconnect: bool) -> None:
+        if self._on_change is not None:
+            await self._on_change(up, reconnect)
 
     async def announce(self, namespace: tuple[bytes, ...]) -> None:
         """Route subscribers of `namespace` to this sidecar, once per session; a session

@@ -1,0 +1,113 @@
+"""Two sidecar processes and a relay process: one model server publishes the KV held in its
+shared-memory buffers, another looks it up and loads it into its own, paged, buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from kvmoq_client.v1 import kv_cache_pb2 as pb
+
+from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from tests.service.sidecar_proc import (
+    ContiguousKV,
+    PagedKV,
+    load,
+    running_sidecar,
+    shm_directory,
+    spans,
+    synthetic_kv,
+)
+
+MODEL = "SmolLM2-135M"
+LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")
+CHUNK = 16
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("sidecar-cert"))
+
+
+@pytest.fixture
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+def test_kv_published_by_one_sidecar_loads_bit_exact_through_another(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    prompt = list(range(1000, 1050))  # 3 whole chunks of 16 and a partial one
+    query = [*prompt, *range(7, 27)]  # shares the prompt's first 3 chunks (48 tokens)
+    kv = synthetic_kv(LAYOUT, len(prompt))
+    flags = ("--chunk-size", str(CHUNK))
+    with (
+        shm_directory() as shm,
+        running_sidecar(relay.url, cert, *flags) as prefill,
+        running_sidecar(relay.url, cert, *flags) as decode,
+    ):
+        prefill.wait_ready()
+        decode.wait_ready()
+        source = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
+        source.put(5, kv)
+        source_id = prefill.stub.RegisterBuffers(source.request(MODEL)).buffer_set_id
+        published = prefill.stub.Publish(
+            pb.PublishRequest(
+                buffer_set_id=source_id,
+                token_ids=prompt,
+                source=pb.KVLocation(token_range=pb.TokenRange(start=5, end=55)),
+                tracks=["fp16", "int8"],
+                default_track="fp16",
+            ),
+            metadata=(("x-request-id", "publish-1"),),
+        )
+        assert published.chunks == 4
+        assert list(published.namespace) == ["kvcache.moq.arpa/v1", MODEL, published.prompt_id]
+
+        destination = PagedKV(LAYOUT, block_size=8, num_blocks=16, directory=shm)
+        destination_id = decode.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        found = decode.stub.Lookup(pb.LookupRequest(buffer_set_id=destination_id, token_ids=prompt))
+        assert (found.available_tokens, found.ready_tokens) == (50, 50)
+        assert (found.prompt_id, found.relay_url) == (published.prompt_id, relay.url)
+        assert found.estimated_seconds > 0
+
+        # The query extends the prompt: its first three chunks are the prompt's (the lookup
+        # taught the sidecar the prompt's chunk hashes), the rest must be computed.
+
+        blocks = [9, 2, 14, 0, 5, 11, 7, 3, 12]  # 70 tokens in blocks of 8
+        chunks, finished = load(
+            decode.stub,
+            pb.LoadRequest(
+                buffer_set_id=destination_id,
+                token_ids=query,
+                destination=pb.KVLocation(blocks=pb.BlockList(block_ids=blocks)),
+                tracks=["fp16"],
+            ),
+            timeout=60,
+        )
+        assert [(c.tokens.start, c.tokens.end) for c in chunks] == [(0, 16), (16, 32), (32, 48)]
+        assert spans(finished.loaded) == [(0, 48)]
+        assert (finished.prefix_tokens, finished.compute_tokens) == (48, 22)
+        assert finished.stop_reason == pb.STOP_REASON_COMPLETE
+        assert not finished.rejected
+        assert finished.prompt_id == published.prompt_id
+        assert dict(finished.track_bytes).keys() == {"fp16"}
+
+        loaded = destination.gather(blocks, len(query))
+        assert torch.equal(loaded[:, :, :48], kv[:, :, :48])  # fp16 on float16: lossless
+        assert not loaded[:, :, 48:].any(), "tokens past the loaded prefix were written"
+        unused = sorted(set(range(16)) - set(blocks))
+        assert not any(destination.keys[0][b].any() for b in unused)
+
+        assert prefill.metric("kvmoq_published_chunks_total", track="fp16") == 4
+        assert decode.metric("kvmoq_loaded_chunks_total", track="fp16") == 3
+        assert decode.metric("kvmoq_loaded_bytes_total", track="fp16") == sum(
+            finished.track_bytes.values()
+        )
+        assert decode.metric("kvmoq_cache_lookups_total", result="hit") == 2
+        published_lines = [e for e in prefill.logs() if e.get("request_id") == "publish-1"]
+        assert {"prompt_published"} <= {e["event"] for e in published_lines}
