@@ -38,6 +38,7 @@ _SUBCOMMAND_MODULES: tuple[str, ...] = (
     "sidecar.commands.bench",
     "sidecar.commands.cert",
     "sidecar.commands.relay",
+    "sidecar.commands.sidecar",
 )
 
 
