@@ -257,6 +257,7 @@ class Relay:
             logger.exception("relay: internal error serving %s", peer.name)
             if not peer.session.closed:
                 peer.session.close(SessionErrorCode.INTERNAL_ERROR, "relay internal error")
+                peer.link.transmit()
             self._peer_left(peer)
         self._transmit()
 
@@ -566,10 +567,13 @@ class Relay:
     def _cached_range(self, fetch: DownstreamFetch) -> bool:
         """Whether the cache holds every group of the range that the track has."""
         largest = self.cache.largest(fetch.track)
-        if largest is None:
-            return False
+        if largest is None or fetch.start.group > largest.group:
+            return False  # past what is cached: only the publisher knows whether it exists
         last = min(fetch.end.group, largest.group)
-        groups = [self.cache.group(fetch.track, g) for g in range(fetch.start.group, last + 1)]
+        cached = self.cache.group_ids(fetch.track, fetch.start.group, last)
+        if len(cached) != last - fetch.start.group + 1:  # ids are distinct: none missing
+            return False
+        groups = [self.cache.group(fetch.track, g) for g in cached]
         return all(group is not None and group.complete for group in groups)
 
     def _fetch_from_cache(self, fetch: DownstreamFetch) -> None:

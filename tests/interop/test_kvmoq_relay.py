@@ -41,3 +41,21 @@ def test_objects_cross_the_kvmoq_relay_intact(start_peer: StartPeer, pub: str, s
     assert received(subscriber) == spec.expected()
     assert str(publisher.version).startswith("moq-transport-14")
     assert str(subscriber.version).startswith("moq-transport-14")
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("publisher_stays", [True, False], ids=["publisher-up", "publisher-gone"])
+def test_aiomoqt_fetch_is_served_from_the_kvmoq_cache(
+    start_peer: StartPeer, publisher_stays: bool
+) -> None:
+    """A subscriber pulls the track through the relay; a FETCH of every group then comes
+    from the relay's cache, also once the publisher has left."""
+    spec = TrackSpec(namespace="kvtest/kvmoq-fetch", objects=2, sizes=[100, 20_000], timeout=15.0)
+    relay_peer, publisher, subscriber = relay_chain(start_peer, "aiomoqt", "kvmoq", "aiomoqt", spec)
+    subscriber.expect_success(timeout=spec.timeout + 10)
+    if not publisher_stays:
+        publisher.stop()
+    fetch = start_peer("aiomoqt", "fetch", url=relay_peer.url, **spec.params())
+    fetch.expect_success(timeout=spec.timeout + 10)
+    assert received(fetch) == spec.expected()
+    assert len(publisher.events("produced")) == 1
