@@ -1,0 +1,312 @@
+"""The API of one running sidecar process: every bad request gets the status and message the
+contract promises, the sidecar keeps serving, and its health, readiness and metrics show."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from kvmoq_client.v1 import kv_cache_pb2 as pb
+from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
+
+from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from tests.service.sidecar_proc import (
+    ContiguousKV,
+    PagedKV,
+    SidecarProcess,
+    load,
+    running_sidecar,
+    shm_directory,
+    spans,
+)
+
+MODEL = "SmolLM2-135M"
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
+MAX_TOKENS = 256
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("api-cert"))
+
+
+@pytest.fixture(scope="module")
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def sidecar(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+    flags = ("--chunk-size", "16", "--max-request-tokens", str(MAX_TOKENS))
+    with running_sidecar(relay.url, cert, *flags) as process:
+        process.wait_ready()
+        yield process
+
+
+@pytest.fixture(scope="module")
+def shm() -> Iterator[Path]:
+    with shm_directory() as directory:
+        yield directory
+
+
+@pytest.fixture(scope="module")
+def contiguous(sidecar: SidecarProcess, shm: Path) -> tuple[str, ContiguousKV]:
+    buffers = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
+    return sidecar.stub.RegisterBuffers(buffers.request(MODEL)).buffer_set_id, buffers
+
+
+@pytest.fixture(scope="module")
+def paged(sidecar: SidecarProcess, shm: Path) -> tuple[str, PagedKV]:
+    buffers = PagedKV(LAYOUT, block_size=8, num_blocks=16, directory=shm)
+    return sidecar.stub.RegisterBuffers(buffers.request(MODEL)).buffer_set_id, buffers
+
+
+def refused(call: Callable[[], Any], code: grpc.StatusCode, *words: str) -> None:
+    """`call` fails with `code` and a message naming `words` (a stream: once read)."""
+    with pytest.raises(grpc.RpcError) as caught:
+        result = call()
+        if not isinstance(result, Message):
+            list(result)
+    error = caught.value
+    assert error.code() == code, error.details()
+    for word in words:
+        assert word in error.details(), error.details()
+
+
+def contiguous_request(shm: Path, max_tokens: int = 16) -> pb.RegisterBuffersRequest:
+    """A registration of fresh contiguous buffers (their own files), to spoil."""
+    directory = Path(tempfile.mkdtemp(dir=shm))
+    return ContiguousKV(LAYOUT, max_tokens=max_tokens, directory=directory).request(MODEL)
+
+
+def blocks(*ids: int) -> pb.KVLocation:
+    return pb.KVLocation(blocks=pb.BlockList(block_ids=ids))
+
+
+def token_range(start: int, end: int) -> pb.KVLocation:
+    return pb.KVLocation(token_range=pb.TokenRange(start=start, end=end))
+
+
+def test_unknown_buffer_set_is_not_found(sidecar: SidecarProcess) -> None:
+    stub = sidecar.stub
+    nf = grpc.StatusCode.NOT_FOUND
+    refused(lambda: stub.Lookup(pb.LookupRequest(buffer_set_id="nope", token_ids=[1])), nf, "nope")
+    refused(
+        lambda: stub.Publish(
+            pb.PublishRequest(buffer_set_id="nope", token_ids=[1], source=token_range(0, 1))
+        ),
+        nf,
+        "register",
+    )
+    refused(
+        lambda: stub.Load(
+            pb.LoadRequest(buffer_set_id="nope", token_ids=[1], destination=blocks(0))
+        ),
+        nf,
+    )
+    refused(lambda: stub.UnregisterBuffers(pb.UnregisterBuffersRequest(buffer_set_id="nope")), nf)
+
+
+def test_destination_blocks_outside_the_buffers_are_refused(
+    sidecar: SidecarProcess, paged: tuple[str, PagedKV]
+) -> None:
+    set_id, buffers = paged
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    tokens = list(range(20))  # 3 blocks of 8
+
+    def load_into(location: pb.KVLocation) -> object:
+        return sidecar.stub.Load(
+            pb.LoadRequest(buffer_set_id=set_id, token_ids=tokens, destination=location)
+        )
+
+    refused(lambda: load_into(blocks(1, 2, 16)), invalid, "[16]", "16 blocks")
+    refused(lambda: load_into(blocks(1, 2)), invalid, "need 3 blocks")
+    refused(lambda: load_into(blocks(1, 2, 1)), invalid, "twice")
+    refused(lambda: load_into(token_range(0, 20)), invalid, "block list")
+    refused(lambda: load_into(pb.KVLocation()), invalid, "destination")
+    assert not any(tensor.any() for tensor in buffers.keys + buffers.values)
+
+
+def test_token_ranges_outside_contiguous_buffers_are_refused(
+    sidecar: SidecarProcess, contiguous: tuple[str, ContiguousKV]
+) -> None:
+    set_id, _ = contiguous
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+
+    def publish(location: pb.KVLocation, tokens: int = 10) -> object:
+        return sidecar.stub.Publish(
+            pb.PublishRequest(buffer_set_id=set_id, token_ids=list(range(tokens)), source=location)
+        )
+
+    refused(lambda: publish(token_range(60, 70)), invalid, "outside the 64 slots")
+    refused(lambda: publish(token_range(0, 9)), invalid, "9 slots for 10 tokens")
+    refused(lambda: publish(blocks(0)), invalid, "token range")
+    refused(lambda: publish(token_range(0, 10), 0), invalid, "0 tokens")
+
+
+def test_token_lists_beyond_the_limit_are_refused(
+    sidecar: SidecarProcess, paged: tuple[str, PagedKV]
+) -> None:
+    set_id, _ = paged
+    too_many = list(range(MAX_TOKENS + 1))
+    refused(
+        lambda: sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=too_many)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"send 1 to {MAX_TOKENS}",
+    )
+    refused(
+        lambda: sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=[])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "0 tokens",
+    )
+
+
+def test_a_deadline_in_the_past_is_deadline_exceeded(
+    sidecar: SidecarProcess, paged: tuple[str, PagedKV]
+) -> None:
+    set_id, buffers = paged
+    past = Timestamp()
+    past.GetCurrentTime()
+    past.seconds -= 5
+    refused(
+        lambda: sidecar.stub.Load(
+            pb.LoadRequest(
+                buffer_set_id=set_id, token_ids=[1, 2], destination=blocks(3), deadline=past
+            )
+        ),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "deadline passed",
+    )
+    assert not buffers.keys[0][3].any()
+
+
+def test_buffers_that_do_not_match_the_layout_are_refused(
+    sidecar: SidecarProcess, shm: Path
+) -> None:
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    wide = KVLayout(LAYOUT.num_layers, LAYOUT.num_kv_heads, 2 * LAYOUT.head_dim, LAYOUT.dtype)
+    request = contiguous_request(shm)
+    request.layout.head_dim = wide.head_dim
+    refused(lambda: sidecar.stub.RegisterBuffers(request), invalid, "shape", "need")
+
+    one_layer = contiguous_request(shm)
+    del one_layer.buffers[1]
+    refused(lambda: sidecar.stub.RegisterBuffers(one_layer), invalid, "no buffer holds layer 1")
+
+    bf16 = contiguous_request(shm)
+    bf16.layout.dtype = handle_pb.DTYPE_BFLOAT16
+    refused(lambda: sidecar.stub.RegisterBuffers(bf16), invalid, "bfloat16")
+
+    no_arrangement = contiguous_request(shm)
+    no_arrangement.ClearField("contiguous")
+    refused(lambda: sidecar.stub.RegisterBuffers(no_arrangement), invalid, "contiguous")
+
+
+def test_a_handle_that_does_not_open_is_refused(sidecar: SidecarProcess, shm: Path) -> None:
+    request = contiguous_request(shm)
+    request.buffers[0].handle.shared_memory.path = str(shm / "gone")
+    refused(
+        lambda: sidecar.stub.RegisterBuffers(request),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "SharedMemoryHandle does not open",
+        "no such file",
+    )
+    outside = contiguous_request(shm)
+    outside.buffers[0].handle.shared_memory.path = "/etc/passwd"
+    refused(
+        lambda: sidecar.stub.RegisterBuffers(outside),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "outside the shared-memory roots",
+    )
+    short = contiguous_request(shm)
+    short.buffers[0].handle.shared_memory.size = 64  # the view needs 1 KiB
+    refused(lambda: sidecar.stub.RegisterBuffers(short), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def test_a_cuda_handle_on_a_node_without_that_gpu_is_failed_precondition(
+    sidecar: SidecarProcess, shm: Path
+) -> None:
+    request = contiguous_request(shm)
+    request.buffers[0].handle.CopyFrom(
+        handle_pb.TensorHandle(
+            cuda_ipc=handle_pb.CudaIpcHandle(
+                device_uuid="GPU-00000000-0000-0000-0000-000000000000",
+                ipc_handle=bytes(64),
+                storage_size_bytes=2 * 16 * 2 * 8 * 2,
+                dtype=handle_pb.DTYPE_FLOAT16,
+                shape=[2, 16, 2, 8],
+                stride=[256, 16, 8, 1],
+                ref_counter_handle=b"/torch_0_0",
+                event_handle=bytes(64),
+            )
+        )
+    )
+    refused(
+        lambda: sidecar.stub.RegisterBuffers(request),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "CudaIpcHandle does not open",
+    )
+
+
+def test_a_load_with_nothing_published_asks_for_every_token(
+    sidecar: SidecarProcess, paged: tuple[str, PagedKV]
+) -> None:
+    set_id, buffers = paged
+    chunks, finished = load(
+        sidecar.stub,
+        pb.LoadRequest(
+            buffer_set_id=set_id, token_ids=list(range(900, 920)), destination=blocks(4, 5, 6)
+        ),
+        timeout=60,
+    )
+    assert not chunks and not spans(finished.loaded)
+    assert finished.stop_reason == pb.STOP_REASON_NOT_FOUND
+    assert (finished.prefix_tokens, finished.compute_tokens) == (0, 20)
+    assert not any(buffers.keys[0][b].any() for b in (4, 5, 6))
+
+
+def test_unregister_forgets_the_buffer_set(sidecar: SidecarProcess, shm: Path) -> None:
+    request = contiguous_request(shm)
+    set_id = sidecar.stub.RegisterBuffers(request).buffer_set_id
+    sidecar.stub.UnregisterBuffers(pb.UnregisterBuffersRequest(buffer_set_id=set_id))
+    refused(
+        lambda: sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=[1])),
+        grpc.StatusCode.NOT_FOUND,
+    )
+
+
+def test_health_readiness_and_metrics(sidecar: SidecarProcess) -> None:
+    assert sidecar.get("/healthz") == (200, "ok\n")
+    assert sidecar.get("/readyz") == (200, "ready\n")
+    assert sidecar.get("/nope")[0] == 404
+    assert sidecar.metric("kvmoq_relay_up") == 1
+    assert sidecar.metric("kvmoq_relay_reconnects_total") == 0
+    assert "kvmoq_load_seconds_bucket" in sidecar.get("/metrics")[1]
+
+    with grpc.insecure_channel(sidecar.probe) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "kvmoq.v1.KVCacheService"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING, service
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        [reply] = reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        names = {s.name for s in reply.list_services_response.service}
+        assert {"kvmoq.v1.KVCacheService", "grpc.health.v1.Health"} <= names
+
+
+def test_the_api_socket_is_for_the_model_servers_group_only(sidecar: SidecarProcess) -> None:
+    socket = Path(sidecar.grpc.removeprefix("unix://"))
+    assert socket.stat().st_mode & 0o777 == 0o660
