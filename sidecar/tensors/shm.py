@@ -42,6 +42,8 @@ def open_shared_memory(
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InvalidHandle(f"{handle.path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidHandle(f"{handle.path} is not a regular file") from None
     except OSError as exc:
         raise HandleUnavailable(f"{handle.path}: {exc.strerror}") from None
     try:
