@@ -39,7 +39,7 @@ from sidecar.log import get_logger
 from sidecar.moqt.api import FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
-from sidecar.transfer.catalog_feed import CatalogFeed, catalog_track
+from sidecar.transfer.catalog_feed import CatalogFeed
 
 log = get_logger(__name__)
 
@@ -47,7 +47,7 @@ KVSink = Callable[[range, torch.Tensor], None]
 """Receives each verified chunk: its token positions and KV `[L, 2, T, H, D]`."""
 
 PROBE_BATCH = 16
-"""TRACK_STATUS probes in flight at once during a lookup (longest prefixes first)."""
+"""Catalog SUBSCRIBEs in flight at once during a lookup (longest prefixes first)."""
 LOOKUP_TIMEOUT = 5.0
 """A lookup that has found nothing by then reports nothing (a silent relay or publisher)."""
 
@@ -199,41 +199,44 @@ class KVSubscriber:
     # Finding the prompt -----------------------------------------------------------------
 
     async def _find(self, model: str, token_ids: Sequence[int]) -> _Source | None:
-        """The open prompt that covers the most leading tokens, best candidate first."""
-        candidates: list[tuple[int, PromptName]] = []
-        known = self.index.lookup(model, token_ids)
-        if known is not None:
-            candidates.append((known.tokens, known.prompt))
-        links = chunk_links(token_ids, self.chunk_size)
-        probed = await self._probe(model, links, len(token_ids), known.tokens if known else 0)
-        if probed is not None:
-            candidates.append(probed)
-        for _, prompt in sorted(candidates, key=lambda c: c[0], reverse=True):
-            source = await self._open(prompt, token_ids)
-            if source is not None:
-                return source
-            self.index.remove(prompt)
-        return None
+        """The open prompt that covers the most leading tokens of the query.
 
-    async def _probe(
-        self, model: str, links: list[bytes], total: int, beyond: int
-    ) -> tuple[int, PromptName] | None:
-        """The longest chunk-aligned prefix of the query published as a prompt of its own,
-        among those covering more than `beyond` tokens."""
-        covered = [min((i + 1) * self.chunk_size, total) for i in range(len(links))]
-        wanted = [i for i in reversed(range(len(links))) if covered[i] > beyond]
-        for start in range(0, len(wanted), PROBE_BATCH):
-            batch = wanted[start : start + PROBE_BATCH]
-            prompts = [PromptName(model, links[i].hex()) for i in batch]
-            answers = await asyncio.gather(
-                *(self.session.track_status(catalog_track(p)) for p in prompts),
-                return_exceptions=True,
+        Candidates, most tokens first: the prefix index's best match, and every prompt that
+        would be a chunk-aligned prefix of the query (named by the query's own links). They
+        are probed by subscribing to their catalogs, a batch at a time: SUBSCRIBE is the one
+        request every relay routes (moq-rs refuses TRACK_STATUS; aiomoqt answers it in a
+        form draft-14 parsers reject).
+        """
+        known = self.index.lookup(model, token_ids)
+        beyond = known.tokens if known else 0
+        links = chunk_links(token_ids, self.chunk_size)
+        candidates = {
+            PromptName(model, links[i].hex()): min((i + 1) * self.chunk_size, len(token_ids))
+            for i in range(len(links))
+        }
+        candidates = {prompt: tokens for prompt, tokens in candidates.items() if tokens > beyond}
+        if known is not None:
+            candidates[known.prompt] = known.tokens
+        ordered = sorted(candidates, key=candidates.__getitem__, reverse=True)
+        for start in range(0, len(ordered), PROBE_BATCH):
+            batch = ordered[start : start + PROBE_BATCH]
+            opened = await asyncio.gather(
+                *(self._open(prompt, token_ids) for prompt in batch), return_exceptions=True
             )
-            for i, prompt, answer in zip(batch, prompts, answers, strict=True):
-                if not isinstance(answer, BaseException):
-                    return covered[i], prompt
-                if not isinstance(answer, RequestRefused):
-                    raise answer
+            sources = [s for s in opened if isinstance(s, _Source)]
+            best = max(sources, key=lambda s: s.tokens, default=None)
+            for source in sources:
+                if source is not best:
+                    await source.feed.close()
+            errors = [e for e in opened if isinstance(e, BaseException)]
+            if errors:
+                if best is not None:
+                    await best.feed.close()
+                raise errors[0]
+            if best is not None:
+                return best
+            if known is not None and known.prompt in batch:
+                self.index.remove(known.prompt)
         return None
 
     async def _open(self, prompt: PromptName, token_ids: Sequence[int]) -> _Source | None:
