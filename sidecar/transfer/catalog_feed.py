@@ -116,3 +116,52 @@ class CatalogFeed:
 
 def catalog_track(prompt: PromptName) -> FullTrackName:
     return FullTrackName(prompt.namespace(), CATALOG_TRACK.encode())
+
+
+class CatalogFeeds:
+    """The catalog feeds open on one session, shared by every lookup and load that needs one.
+
+    Draft-14 allows one subscription per track and session, and concurrent users of one
+    prompt are normal (a lookup during a load, two requests with one system prompt): they
+    share the feed, which closes when the last of them releases it.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._opening: dict[PromptName, asyncio.Task[CatalogFeed]] = {}
+        self._users: dict[PromptName, int] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def acquire(self, prompt: PromptName) -> CatalogFeed:
+        """The prompt's feed, opened on first use; `RequestRefused` if it is not published."""
+        task = self._opening.get(prompt)
+        if task is None:
+            task = self._opening[prompt] = asyncio.ensure_future(
+                CatalogFeed.open(self._session, prompt)
+            )
+        self._users[prompt] = self._users.get(prompt, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if self._last_user_gone(prompt):
+                task.add_done_callback(self._close_unused)
+            raise
+
+    async def release(self, feed: CatalogFeed) -> None:
+        if self._last_user_gone(feed.prompt):
+            await feed.close()
+
+    def _last_user_gone(self, prompt: PromptName) -> bool:
+        self._users[prompt] -= 1
+        if self._users[prompt]:
+            return False
+        del self._users[prompt]
+        del self._opening[prompt]
+        return True
+
+    def _close_unused(self, task: asyncio.Task[CatalogFeed]) -> None:
+        """Every user left while the feed was opening: close it once it is open."""
+        if not task.cancelled() and task.exception() is None:
+            closing = asyncio.ensure_future(task.result().close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)

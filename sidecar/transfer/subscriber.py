@@ -39,7 +39,7 @@ from sidecar.log import get_logger
 from sidecar.moqt.api import FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
-from sidecar.transfer.catalog_feed import CatalogFeed
+from sidecar.transfer.catalog_feed import CatalogFeed, CatalogFeeds
 
 log = get_logger(__name__)
 
@@ -149,6 +149,7 @@ class KVSubscriber:
         self.session = session
         self.chunk_size = chunk_size
         self.index = index or PrefixIndex()
+        self._feeds = CatalogFeeds(session)
 
     async def lookup(
         self, model: str, token_ids: Sequence[int], *, timeout: float = LOOKUP_TIMEOUT
@@ -166,7 +167,7 @@ class KVSubscriber:
             ready = _tokens_in(catalog, min(source.chunks, catalog.ready_chunks))
             return Availability(source.feed.prompt, source.tokens, ready)
         finally:
-            await source.feed.close()
+            await self._feeds.release(source.feed)
 
     async def load(
         self,
@@ -194,7 +195,7 @@ class KVSubscriber:
         try:
             return await _Load(self.session, source, destination, end, quality_order).run()
         finally:
-            await source.feed.close()
+            await self._feeds.release(source.feed)
 
     # Finding the prompt -----------------------------------------------------------------
 
@@ -227,11 +228,11 @@ class KVSubscriber:
             best = max(sources, key=lambda s: s.tokens, default=None)
             for source in sources:
                 if source is not best:
-                    await source.feed.close()
+                    await self._feeds.release(source.feed)
             errors = [e for e in opened if isinstance(e, BaseException)]
             if errors:
                 if best is not None:
-                    await best.feed.close()
+                    await self._feeds.release(best.feed)
                 raise errors[0]
             if best is not None:
                 return best
@@ -242,17 +243,17 @@ class KVSubscriber:
     async def _open(self, prompt: PromptName, token_ids: Sequence[int]) -> _Source | None:
         """The prompt's live catalog and how many query chunks it matches; None if gone."""
         try:
-            feed = await CatalogFeed.open(self.session, prompt)
+            feed = await self._feeds.acquire(prompt)
         except RequestRefused:
             return None
         try:
             catalog = await feed.wait_ready(0)
         except BaseException:  # cancelled by the caller's deadline: leave nothing open
-            await feed.close()
+            await self._feeds.release(feed)
             raise
         chunks = 0 if catalog is None else self._learn(catalog, token_ids)
         if catalog is None or chunks == 0:
-            await feed.close()
+            await self._feeds.release(feed)
             return None
         return _Source(feed, chunks, _tokens_in(catalog, chunks))
 

@@ -317,3 +317,38 @@ def test_direct_from_publisher_to_subscriber(cert: CertificatePaths) -> None:  #
             server.close()
 
     run(main)
+
+
+def test_concurrent_loads_of_one_prompt_share_its_catalog(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """Draft-14 allows one subscription per track and session: two loads and a lookup of
+    one prompt at once on one session share the catalog subscription."""
+    token_ids = list(range(3000, 3000 + 3 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=10)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            outs = [torch.zeros_like(kv), torch.zeros_like(kv)]
+            first, second, found = await asyncio.gather(
+                subscriber.load(MODEL, token_ids, outs[0], 30),
+                subscriber.load(MODEL, token_ids, outs[1], 30),
+                subscriber.lookup(MODEL, token_ids),
+            )
+            assert found.tokens == len(token_ids)
+            expected = roundtrip("int8", kv)
+            for result, out in zip((first, second), outs, strict=True):
+                assert result.loaded_tokens == (range(0, len(token_ids)),)
+                assert torch.equal(out, expected)
+            # and once all are done, the prompt can be loaded again (the feed was closed)
+            again = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 30)
+            assert again.stopped is StopReason.COMPLETE
+
+    run(main)
