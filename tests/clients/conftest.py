@@ -1,0 +1,49 @@
+"""A relay process and two `kvmoq sidecar` processes per test module, started as an operator
+would: one beside a prefill model server, one beside a decode model server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from tests.service.sidecar_proc import SidecarProcess, running_sidecar, shm_directory
+
+CHUNK = 16
+"""Small chunks: a few dozen synthetic tokens span several MoQT groups."""
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("client-cert"))
+
+
+@pytest.fixture(scope="module")
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def prefill(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+    """The sidecar of the model server that computes and publishes prompts."""
+    with running_sidecar(relay.url, cert, "--chunk-size", str(CHUNK)) as process:
+        process.wait_ready()
+        yield process
+
+
+@pytest.fixture(scope="module")
+def decode(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+    """The sidecar of another model server, which loads what `prefill` published."""
+    with running_sidecar(relay.url, cert, "--chunk-size", str(CHUNK)) as process:
+        process.wait_ready()
+        yield process
+
+
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    with shm_directory() as directory:
+        yield directory
