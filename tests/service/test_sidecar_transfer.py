@@ -38,6 +38,7 @@ def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
         yield process
 
 
+@pytest.mark.slow
 def test_kv_published_by_one_sidecar_loads_bit_exact_through_another(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:

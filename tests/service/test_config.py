@@ -1,0 +1,53 @@
+"""Where each sidecar setting comes from: flag > KVMOQ_* env > TOML file > default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.cli import build_parser
+from sidecar.service.config import ConfigError, SidecarConfig, resolve
+
+
+def config(argv: list[str], env: dict[str, str] | None = None) -> SidecarConfig:
+    return resolve(build_parser().parse_args(["sidecar", *argv]), env or {})
+
+
+def test_defaults_fill_what_no_source_sets() -> None:
+    got = config(["--relay", "moqt://relay:4443", "--grpc", "unix:///run/kvmoq.sock"])
+    assert (got.relay, got.grpc) == ("moqt://relay:4443", Path("/run/kvmoq.sock"))
+    assert (got.probe, got.http, got.ca) == (("127.0.0.1", 7070), ("127.0.0.1", 9464), None)
+    assert (got.chunk_size, got.tracks) == (128, ("fp16", "int8", "ac", "int4"))
+
+
+def test_flag_beats_env_beats_file(tmp_path: Path) -> None:
+    file = tmp_path / "sidecar.toml"
+    file.write_text(
+        'relay = "moqt://file:1"\ngrpc = "unix:///file.sock"\nchunk_size = 64\n'
+        'tracks = ["int8", "fp16"]\nprobe = "0.0.0.0:7000"\n'
+    )
+    env = {"KVMOQ_CONFIG": str(file), "KVMOQ_RELAY": "moqt://env:2", "KVMOQ_CHUNK_SIZE": "32"}
+    got = config(["--chunk-size", "16"], env)
+    assert got.chunk_size == 16  # flag
+    assert got.relay == "moqt://env:2"  # env over file
+    assert got.grpc == Path("/file.sock")  # file over default
+    assert got.tracks == ("int8", "fp16")  # a TOML list
+    assert got.probe == ("0.0.0.0", 7000)
+    assert config(["--config", str(file)], {}).relay == "moqt://file:1"
+
+
+def test_errors_name_the_source_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--relay, KVMOQ_RELAY or relay in a file"):
+        config(["--grpc", "unix:///a.sock"])
+    with pytest.raises(ConfigError, match="KVMOQ_CHUNK_SIZE: must be positive"):
+        config(["--relay", "moqt://r:1", "--grpc", "unix:///a"], {"KVMOQ_CHUNK_SIZE": "0"})
+    with pytest.raises(ConfigError, match="--grpc: expected unix://PATH"):
+        config(["--relay", "moqt://r:1", "--grpc", "/a.sock"])
+    file = tmp_path / "bad.toml"
+    file.write_text('relay = "moqt://r:1"\ngrpc = "unix:///a"\ntrack = "int8"\n')
+    with pytest.raises(ConfigError, match=r"unknown settings \['track'\]"):
+        config(["--config", str(file)])
+    file.write_text('relay = "moqt://r:1"\ngrpc = "unix:///a"\ndefault_track = "int9"\n')
+    with pytest.raises(ConfigError, match=f"{file}: default_track"):
+        config(["--config", str(file)])

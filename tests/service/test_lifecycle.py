@@ -1,0 +1,167 @@
+"""A sidecar process through what happens to it: the relay goes and comes back, a client
+leaves mid-load, Kubernetes sends SIGTERM while a load runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kvmoq_client.v1 import kv_cache_pb2 as pb
+
+from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from tests.moqt.test_transport import free_udp_port
+from tests.service.sidecar_proc import (
+    PagedKV,
+    SidecarProcess,
+    load,
+    relay_on_port,
+    running_sidecar,
+    shm_directory,
+    spans,
+    wait_for,
+)
+
+MODEL = "SmolLM2-135M"
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
+TOKENS = list(range(500, 520))
+BLOCKS = pb.KVLocation(blocks=pb.BlockList(block_ids=[0, 1, 2]))
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("lifecycle-cert"))
+
+
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    with shm_directory() as directory:
+        yield directory
+
+
+def register(sidecar: SidecarProcess, shm: Path) -> tuple[str, PagedKV]:
+    buffers = PagedKV(LAYOUT, block_size=8, num_blocks=4, directory=shm)
+    return sidecar.stub.RegisterBuffers(buffers.request(MODEL)).buffer_set_id, buffers
+
+
+def health(sidecar: SidecarProcess, service: str) -> int:
+    with grpc.insecure_channel(sidecar.probe) as channel:
+        request = health_pb2.HealthCheckRequest(service=service)
+        return health_pb2_grpc.HealthStub(channel).Check(request, timeout=10).status
+
+
+@contextmanager
+def frozen(relay: RelayProcess) -> Iterator[None]:
+    """The relay stops answering (SIGSTOP) but its session stays open: loads hang on it."""
+    os.kill(relay.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(relay.process.pid, signal.SIGCONT)
+
+
+def read_until_error(
+    call: Iterator[pb.LoadProgress],
+) -> tuple[list[pb.LoadProgress], grpc.RpcError]:
+    """Every message of a stream that must end with an error status, and that error."""
+    messages: list[pb.LoadProgress] = []
+    try:
+        for message in call:
+            messages.append(message)
+    except grpc.RpcError as error:
+        return messages, error
+    raise AssertionError(f"the stream ended without an error after {messages}")
+
+
+@pytest.mark.slow
+def test_without_a_relay_loads_ask_for_every_token_until_it_is_back(
+    cert: CertificatePaths, shm: Path
+) -> None:
+    port = free_udp_port()
+    with running_sidecar(f"moqt://127.0.0.1:{port}", cert) as sidecar:
+        set_id, _ = register(sidecar, shm)
+        status, reason = sidecar.get("/readyz")
+        assert (status, reason) == (503, f"no session to the relay moqt://127.0.0.1:{port}\n")
+        assert sidecar.get("/healthz")[0] == 200
+        assert health(sidecar, "") == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            health(sidecar, "kvmoq.v1.KVCacheService") == health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
+        chunks, finished = load(sidecar.stub, request, timeout=60)
+        assert not chunks and not finished.loaded
+        assert finished.stop_reason == pb.STOP_REASON_RELAY_GONE
+        assert finished.compute_tokens == len(TOKENS)
+
+        with relay_on_port(cert, port):
+            sidecar.wait_ready()
+            assert (
+                health(sidecar, "kvmoq.v1.KVCacheService") == health_pb2.HealthCheckResponse.SERVING
+            )
+        wait_for(lambda: sidecar.get("/readyz")[0] == 503, "/readyz 503 once the relay left")
+        with relay_on_port(cert, port):
+            sidecar.wait_ready()
+            assert sidecar.metric("kvmoq_relay_reconnects_total") == 1
+            _, finished = load(sidecar.stub, request, timeout=60)
+            assert finished.stop_reason == pb.STOP_REASON_NOT_FOUND
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_mid_load_cancels_only_its_load(
+    cert: CertificatePaths, shm: Path
+) -> None:
+    with running_relay(cert) as relay, running_sidecar(relay.url, cert) as sidecar:
+        sidecar.wait_ready()
+        set_id, buffers = register(sidecar, shm)
+        request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
+        with frozen(relay):
+            call = sidecar.stub.Load(request, metadata=(("x-request-id", "leaver"),), timeout=60)
+            sidecar.wait_log("load_started", request_id="leaver")
+            call.cancel()
+            finished = sidecar.wait_log("load_finished", request_id="leaver")
+        assert (finished["stop"], finished["loaded"]) == ("cancelled", [])
+        assert not any(tensor.any() for tensor in buffers.keys + buffers.values)
+        found = sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=TOKENS))
+        assert found.available_tokens == 0
+        assert sidecar.get("/readyz")[0] == 200
+
+
+@pytest.mark.slow
+def test_sigterm_drains_running_loads_then_exits(cert: CertificatePaths, shm: Path) -> None:
+    with (
+        running_relay(cert) as relay,
+        running_sidecar(relay.url, cert, "--drain-seconds", "1") as sidecar,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        sidecar.wait_ready()
+        set_id, _ = register(sidecar, shm)
+        request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
+        with frozen(relay):
+            call = sidecar.stub.Load(request, metadata=(("x-request-id", "drained"),), timeout=60)
+            received: Future[tuple[list[pb.LoadProgress], grpc.RpcError]] = pool.submit(
+                read_until_error, call
+            )
+            sidecar.wait_log("load_started", request_id="drained")
+            sidecar.process.send_signal(signal.SIGTERM)
+            sidecar.wait_log("sidecar_draining")
+            assert health(sidecar, "") == health_pb2.HealthCheckResponse.NOT_SERVING
+            with pytest.raises(grpc.RpcError) as refused:
+                sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=TOKENS))
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            messages, error = received.result(timeout=30)
+            assert error.code() == grpc.StatusCode.CANCELLED
+            assert "shutting down" in (error.details() or "")
+            [last] = messages
+            assert last.finished.stop_reason == pb.STOP_REASON_CANCELLED
+            assert (spans(last.finished.loaded), last.finished.compute_tokens) == ([], 20)
+            assert sidecar.process.wait(30) == 0
+        finished = sidecar.wait_log("load_finished", request_id="drained")
+        assert (finished["stop"], finished["loaded"]) == ("cancelled", [])
