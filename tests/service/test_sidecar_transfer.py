@@ -3,13 +3,16 @@ shared-memory buffers, another looks it up and loads it into its own, paged, buf
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 import torch
+from google.protobuf.timestamp_pb2 import Timestamp
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.kvcache.layout import KVLayout
+from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.tls import CertificatePaths, write_certificate
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
@@ -112,3 +115,57 @@ def test_kv_published_by_one_sidecar_loads_bit_exact_through_another(
         assert decode.metric("kvmoq_cache_lookups_total", result="hit") == 2
         published_lines = [e for e in prefill.logs() if e.get("request_id") == "publish-1"]
         assert {"prompt_published"} <= {e["event"] for e in published_lines}
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_real_smollm2_kv_loads_bit_exact_into_vllm_style_blocks(
+    relay: RelayProcess, cert: CertificatePaths, pydoc_kv: PromptKV
+) -> None:
+    """The 4096-token pydoc prompt's KV of SmolLM2-135M, as a model server keeps it (fp16),
+    from contiguous buffers to 16-token paged blocks in reverse order."""
+    kv = pydoc_kv.kv.to(torch.float16)
+    layout = KVLayout(kv.shape[0], kv.shape[3], kv.shape[4], "float16")
+    tokens = list(pydoc_kv.token_ids)
+    block_ids = list(reversed(range(len(tokens) // 16)))
+    with (
+        shm_directory() as shm,
+        running_sidecar(relay.url, cert) as prefill,
+        running_sidecar(relay.url, cert) as decode,
+    ):
+        prefill.wait_ready()
+        decode.wait_ready()
+        source = ContiguousKV(layout, max_tokens=len(tokens), directory=shm)
+        source.put(0, kv)
+        source_id = prefill.stub.RegisterBuffers(source.request(MODEL)).buffer_set_id
+        prefill.stub.Publish(
+            pb.PublishRequest(
+                buffer_set_id=source_id,
+                token_ids=tokens,
+                source=pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(tokens))),
+                tracks=["fp16"],
+            ),
+            timeout=120,
+        )
+        destination = PagedKV(layout, block_size=16, num_blocks=len(block_ids), directory=shm)
+        destination_id = decode.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        _, finished = load(
+            decode.stub,
+            pb.LoadRequest(
+                buffer_set_id=destination_id,
+                token_ids=tokens,
+                destination=pb.KVLocation(blocks=pb.BlockList(block_ids=block_ids)),
+                deadline=_in_seconds(120),
+            ),
+            timeout=180,
+        )
+        assert finished.stop_reason == pb.STOP_REASON_COMPLETE
+        assert spans(finished.loaded) == [(0, len(tokens))]
+        assert finished.compute_tokens == 0
+        assert torch.equal(destination.gather(block_ids, len(tokens)), kv)
+
+
+def _in_seconds(seconds: float) -> Timestamp:
+    deadline = Timestamp()
+    deadline.FromNanoseconds(time.time_ns() + int(seconds * 1e9))
+    return deadline
