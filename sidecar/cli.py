@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 _SUBCOMMAND_MODULES: tuple[str, ...] = (
     "sidecar.commands.bench",
     "sidecar.commands.cert",
+    "sidecar.commands.demo",
     "sidecar.commands.relay",
     "sidecar.commands.sidecar",
 )

@@ -1,0 +1,222 @@
+"""The demo's decode node: recompute vs load per compression, quality, and prefix reuse.
+
+Quality is judged the way a decode server experiences it: the KV of the prompt's first
+N-1 tokens comes from the load, the last prompt token is fed, and then (a) the next
+`SCORED_TOKENS` tokens of the real text are scored against the recomputed run (KL, top-1),
+and (b) `GENERATED_TOKENS` tokens are generated greedily and compared with the recomputed
+generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sidecar.kvcache.layout import KVLayout
+from sidecar.models.kv import cache_from_kv, extract_kv, forward_with_kv, kv_from_cache
+from sidecar.transfer.subscriber import KVSubscriber, LoadResult
+
+SCORED_TOKENS = 64
+GENERATED_TOKENS = 24
+
+Progress = Callable[[int], None]
+"""Told the number of tokens written so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """The recomputed prompt: what every load is compared with."""
+
+    kv: torch.Tensor
+    seconds: float
+    logits: torch.Tensor
+    generated: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class TrackRun:
+    label: str
+    load_s: float
+    wire_bytes: int
+    loaded_tokens: int
+    kl: float
+    top1: float
+    generated: list[int]
+    tracks_used: dict[str, int]
+    stopped: str
+
+    def same_text(self, reference: Reference) -> bool:
+        return self.generated == reference.generated
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRun:
+    """A longer prompt: the shared prefix loaded, the rest computed here."""
+
+    prompt_tokens: int
+    reused_tokens: int
+    load_s: float
+    compute_s: float
+    recompute_s: float
+    same_text: bool
+
+
+@torch.inference_mode()
+def greedy(model: torch.nn.Module, kv: torch.Tensor, feed: Sequence[int], steps: int) -> list[int]:
+    """Feed `feed` after the KV `kv`, then generate `steps` tokens greedily."""
+    cache = cache_from_kv(model, kv)
+    tokens: list[int] = []
+    step_input = torch.tensor([list(feed)], dtype=torch.long)
+    for _ in range(steps):
+        out = model(step_input, cache=cache, use_cache=True, logits_to_keep=1)
+        tokens.append(int(out.logits[0, -1].argmax()))
+        step_input = torch.tensor([[tokens[-1]]], dtype=torch.long)
+    return tokens
+
+
+def recompute(
+    model: torch.nn.Module, prompt: Sequence[int], continuation: Sequence[int]
+) -> Reference:
+    started = time.perf_counter()
+    kv, _ = extract_kv(model, prompt)
+    seconds = time.perf_counter() - started
+    head = kv[:, :, : len(prompt) - 1]
+    logits = forward_with_kv(model, head, [prompt[-1], *continuation])
+    generated = greedy(model, head, [prompt[-1]], GENERATED_TOKENS)
+    return Reference(kv, seconds, logits, generated)
+
+
+def _agreement(reference: torch.Tensor, logits: torch.Tensor) -> tuple[float, float]:
+    """Mean KL(p_ref || p) over positions and top-1 agreement."""
+    ref_log = F.log_softmax(reference.float(), dim=-1)
+    log = F.log_softmax(logits.float(), dim=-1)
+    kl = F.kl_div(log, ref_log, log_target=True, reduction="batchmean").item()
+    top1 = (reference.argmax(-1) == logits.argmax(-1)).float().mean().item()
+    return max(kl, 0.0), top1
+
+
+async def load(
+    subscriber: KVSubscriber,
+    model_name: str,
+    token_ids: Sequence[int],
+    layout: KVLayout,
+    *,
+    deadline: float,
+    quality_order: Sequence[str] | None,
+    progress: Progress,
+) -> tuple[LoadResult, torch.Tensor, float]:
+    """Load the prompt's KV into a fresh tensor; the result, the tensor and the seconds taken."""
+    destination = torch.zeros(layout.shape(len(token_ids)), dtype=layout.torch_dtype)
+    written = 0
+
+    def sink(tokens: range, kv: torch.Tensor) -> None:
+        nonlocal written
+        destination[:, :, tokens.start : tokens.stop] = kv
+        written += len(tokens)
+        progress(written)
+
+    options = {} if quality_order is None else {"quality_order": tuple(quality_order)}
+    started = time.perf_counter()
+    result = await subscriber.load(model_name, token_ids, sink, deadline, **options)
+    return result, destination, time.perf_counter() - started
+
+
+def judge(
+    model: torch.nn.Module,
+    label: str,
+    result: LoadResult,
+    kv: torch.Tensor,
+    seconds: float,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    reference: Reference,
+) -> TrackRun:
+    """Quality of a loaded prompt, or no quality when it did not load whole."""
+    tracks = Counter(chunk.track for chunk in result.loaded)
+    wire = sum(chunk.nbytes for chunk in result.loaded)
+    loaded = result.prefix_tokens
+    if loaded < len(prompt):
+        return TrackRun(
+            label,
+            seconds,
+            wire,
+            loaded,
+            float("nan"),
+            float("nan"),
+            [],
+            dict(tracks),
+            result.stopped.value,
+        )
+    head = kv[:, :, : len(prompt) - 1]
+    logits = forward_with_kv(model, head, [prompt[-1], *continuation])
+    kl, top1 = _agreement(reference.logits, logits)
+    generated = greedy(model, head, [prompt[-1]], GENERATED_TOKENS)
+    return TrackRun(
+        label, seconds, wire, loaded, kl, top1, generated, dict(tracks), result.stopped.value
+    )
+
+
+async def reuse_prefix(
+    subscriber: KVSubscriber,
+    model: torch.nn.Module,
+    model_name: str,
+    layout: KVLayout,
+    longer: Sequence[int],
+    track: str,
+    progress: Progress,
+) -> PrefixRun:
+    """Load what the relay has of `longer`, compute only the rest, compare with recomputing all."""
+    available = await subscriber.lookup(model_name, longer)
+    if available.tokens == 0:
+        kv, load_s, reused = torch.empty(layout.shape(0), dtype=layout.torch_dtype), 0.0, 0
+    else:
+        result, kv, load_s = await load(
+            subscriber,
+            model_name,
+            longer[: available.tokens],
+            layout,
+            deadline=60.0,
+            quality_order=(track,),
+            progress=progress,
+        )
+        reused = result.prefix_tokens
+    return await asyncio.to_thread(_finish_prefix, model, kv[:, :, :reused], longer, load_s)
+
+
+def _finish_prefix(
+    model: torch.nn.Module, loaded: torch.Tensor, longer: Sequence[int], load_s: float
+) -> PrefixRun:
+    reused = loaded.shape[2]
+    started = time.perf_counter()
+    rest = longer[reused:-1]
+    if reused == 0:
+        prefix_kv, _ = extract_kv(model, rest)
+    else:
+        prefix_kv = _extend(model, loaded, rest) if rest else loaded
+    compute_s = time.perf_counter() - started
+    generated = greedy(model, prefix_kv, [longer[-1]], GENERATED_TOKENS)
+
+    started = time.perf_counter()
+    full_kv, _ = extract_kv(model, longer)
+    recompute_s = time.perf_counter() - started
+    expected = greedy(model, full_kv[:, :, : len(longer) - 1], [longer[-1]], GENERATED_TOKENS)
+    return PrefixRun(len(longer), reused, load_s, compute_s, recompute_s, generated == expected)
+
+
+@torch.inference_mode()
+def _extend(model: torch.nn.Module, kv: torch.Tensor, token_ids: Sequence[int]) -> torch.Tensor:
+    """The KV of the loaded tokens plus `token_ids` computed after them (what the relay lacked)."""
+    cache = cache_from_kv(model, kv)
+    model(
+        torch.tensor([list(token_ids)], dtype=torch.long),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return kv_from_cache(cache)
