@@ -131,6 +131,7 @@ class TransformersKV:
             tokens = min(finished.prefix_tokens, len(token_ids) - 1)
             if tokens <= 0:
                 return LoadedCache(None, 0, finished)
+            # stack copies: the cache must not alias slots the next load overwrites.
             kv = torch.stack([buffer[:, :tokens] for buffer in self.buffers.tensors])
-            cache = cache_from_kv(kv.clone(), self._model.config)
+            cache = cache_from_kv(kv, self._model.config)
         return LoadedCache(cache, tokens, finished)
