@@ -266,8 +266,24 @@ class KVSubscriber:
         return _shared_chunks(catalog, token_ids)
 
 
+@dataclass(slots=True)
+class _Transfer:
+    """One chunk's FETCH in flight, on the track chosen for it."""
+
+    catalog: Catalog
+    index: int
+    track: str
+    started: float
+    task: asyncio.Task[list[bytes]]
+
+
 class _Load:
-    """One load in progress: chunk after chunk until done, out of time, or out of source."""
+    """One load in progress: chunk after chunk until done, out of time, or out of source.
+
+    The next chunk's FETCH goes out as soon as this chunk's bytes are in (when the catalog
+    already describes it), and verification and decoding run in a worker thread, so the
+    transfer of one chunk overlaps the decoding of the previous one, on another core.
+    """
 
     def __init__(
         self,
@@ -296,60 +312,85 @@ class _Load:
             stopped,
         )
 
-    async def run(self) -> LoadResult:
-        feed = self.source.feed
-        for index in range(self.source.chunks):
-            try:
-                catalog = await asyncio.wait_for(
-                    feed.wait_ready(index + 1), max(self.end - self.clock(), 0.0)
-                )
-            except TimeoutError:
-                return self.result(StopReason.DEADLINE)
-            if catalog is None or catalog.ready_chunks <= index:
-                stop = StopReason.CATALOG_INVALID if feed.error else StopReason.PUBLISHER_GONE
-                return self.result(stop)
-            if index == 0:
-                _check_destination(self.destination, catalog, self.source.tokens)
-            track = choose_track(
-                catalog.chunk_bytes(index),
-                self.estimate.bytes_per_second,
-                self.end - self.clock(),
-                self.source.chunks - index,
-                self.quality_order,
-            )
-            if track is None:
-                return self.result(StopReason.DEADLINE)
-            try:
-                await asyncio.wait_for(
-                    self._load_chunk(catalog, index, track), max(self.end - self.clock(), 0.0)
-                )
-            except TimeoutError:
-                return self.result(StopReason.DEADLINE)
-            except (MoqtApiError, ConnectionError) as exc:
-                if isinstance(exc, RequestRefused):
-                    self._reject(catalog, index, track, str(exc))
-                    continue
-                return self.result(StopReason.SESSION_GONE)
-        return self.result(StopReason.COMPLETE)
+    def time_left(self) -> float:
+        return max(self.end - self.clock(), 0.0)
 
-    async def _load_chunk(self, catalog: Catalog, index: int, track: str) -> None:
-        started = self.clock()
-        size = catalog.chunk_bytes(index)[track]
+    async def run(self) -> LoadResult:
+        following: _Transfer | StopReason = await self._next(0)
         try:
-            payloads = await self._fetch(catalog, index, track, size)
-            seconds = self.clock() - started
-            self.estimate = self.estimate.observe(max(size, 1), max(seconds, 1e-6))
-            catalog.verify_chunk(track, index, payloads)
-            entry = catalog.track(track)
-            kv = get_codec(track).decode(payloads, catalog.layout, entry.tables)
-        except KVCodecError as exc:
-            self._reject(catalog, index, track, str(exc))
-            return
+            while isinstance(following, _Transfer):
+                transfer = following
+                try:
+                    payloads = await asyncio.wait_for(transfer.task, self.time_left())
+                except TimeoutError:
+                    return self.result(StopReason.DEADLINE)
+                except (KVCodecError, RequestRefused) as exc:
+                    self._reject(transfer, str(exc))
+                    payloads = None
+                except (MoqtApiError, ConnectionError):
+                    return self.result(StopReason.SESSION_GONE)
+                if payloads is not None:
+                    seconds = self.clock() - transfer.started
+                    size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
+                    self.estimate = self.estimate.observe(max(size, 1), max(seconds, 1e-6))
+                ready, after = self.source.feed.catalog, transfer.index + 1
+                prefetched = None
+                if after < self.source.chunks and ready and ready.ready_chunks > after:
+                    following = prefetched = self._begin(ready, after)
+                if payloads is not None:
+                    await self._store(transfer, payloads)
+                if prefetched is None:
+                    following = await self._next(after)
+            return self.result(following)
+        finally:
+            if isinstance(following, _Transfer):
+                following.task.cancel()
+
+    async def _next(self, index: int) -> _Transfer | StopReason:
+        """Chunk `index`'s transfer, once the catalog describes it; or why the load ends."""
+        if index == self.source.chunks:
+            return StopReason.COMPLETE
+        feed = self.source.feed
+        try:
+            catalog = await asyncio.wait_for(feed.wait_ready(index + 1), self.time_left())
+        except TimeoutError:
+            return StopReason.DEADLINE
+        if catalog is None or catalog.ready_chunks <= index:
+            return StopReason.CATALOG_INVALID if feed.error else StopReason.PUBLISHER_GONE
+        if index == 0:
+            _check_destination(self.destination, catalog, self.source.tokens)
+        return self._begin(catalog, index)
+
+    def _begin(self, catalog: Catalog, index: int) -> _Transfer | StopReason:
+        """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule)."""
+        track = choose_track(
+            catalog.chunk_bytes(index),
+            self.estimate.bytes_per_second,
+            self.end - self.clock(),
+            self.source.chunks - index,
+            self.quality_order,
+        )
+        if track is None:
+            return StopReason.DEADLINE
+        size = catalog.chunk_bytes(index)[track]
+        task = asyncio.ensure_future(self._fetch(catalog, index, track, size))
+        return _Transfer(catalog, index, track, self.clock(), task)
+
+    async def _store(self, transfer: _Transfer, payloads: list[bytes]) -> None:
+        """Verify, decode (in a worker thread) and write one chunk; reject it on any error."""
+        catalog, index, track = transfer.catalog, transfer.index, transfer.track
         span = catalog.chunk_span(index)
+        try:
+            kv = await asyncio.to_thread(_verified_kv, catalog, index, track, payloads)
+        except KVCodecError as exc:
+            self._reject(transfer, str(exc))
+            return
         if isinstance(self.destination, torch.Tensor):
-            self.destination[:, :, span.start : span.stop].copy_(kv)
+            await asyncio.to_thread(self.destination[:, :, span.start : span.stop].copy_, kv)
         else:
             self.destination(span, kv)
+        size = catalog.chunk_bytes(index)[track]
+        seconds = self.clock() - transfer.started
         self.loaded.append(LoadedChunk(index, span, track, size, seconds))
 
     async def _fetch(self, catalog: Catalog, index: int, track: str, size: int) -> list[bytes]:
@@ -379,14 +420,22 @@ class _Load:
             raise ChunkIntegrityError(track, index, f"{missing} of {tokens} objects missing")
         return [payloads[i] for i in range(tokens)]
 
-    def _reject(self, catalog: Catalog, index: int, track: str, reason: str) -> None:
-        log.warning("chunk_rejected", prompt=catalog.name.prompt_id, chunk=index, reason=reason)
-        self.rejected.append(RejectedChunk(index, catalog.chunk_span(index), track, reason))
+    def _reject(self, transfer: _Transfer, reason: str) -> None:
+        prompt, index = transfer.catalog.name.prompt_id, transfer.index
+        log.warning("chunk_rejected", prompt=prompt, chunk=index, reason=reason)
+        span = transfer.catalog.chunk_span(index)
+        self.rejected.append(RejectedChunk(index, span, transfer.track, reason))
 
 
 async def _cancel(stream: FetchStream) -> None:
     if not stream.finished:
         await stream.cancel()
+
+
+def _verified_kv(catalog: Catalog, index: int, track: str, payloads: list[bytes]) -> torch.Tensor:
+    """The chunk's KV, decoded only once its size and digest match the catalog."""
+    catalog.verify_chunk(track, index, payloads)
+    return get_codec(track).decode(payloads, catalog.layout, catalog.track(track).tables)
 
 
 def _shared_chunks(catalog: Catalog, token_ids: Sequence[int]) -> int:
