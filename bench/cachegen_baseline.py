@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from sidecar.kvcache.codecs.base import token_major, write_layer_major
-from sidecar.kvcache.codecs.binning import DEFAULT_LEVEL, dequantize, level_bins, quantize
+from sidecar.kvcache.codecs.binning import DEFAULT_LEVEL, cachegen_bins, dequantize, quantize
 from sidecar.kvcache.layout import KVLayout, iter_chunks
 
 CHUNK_TOKENS = 256
@@ -46,7 +46,7 @@ def _models(cdf: np.ndarray) -> list[constriction.stream.model.Categorical]:
 def encode_chunk(kv: torch.Tensor, layout: KVLayout, level: int = DEFAULT_LEVEL) -> bytes:
     """One CacheGen chunk: `T u32 | words u32 | maxima f16 [T,L,2] | CDF u16 [2L*C,33] | words`."""
     num_tokens = layout.check(kv)
-    symbols, maxima = quantize(token_major(kv, layout), level_bins(layout.num_layers, level))
+    symbols, maxima = quantize(token_major(kv, layout), cachegen_bins(layout.num_layers, level))
     channel_major = symbols.view(num_tokens, -1).t().contiguous()
     counts = torch.zeros(channel_major.shape[0], CDF_ENTRIES - 1)
     counts.scatter_add_(1, channel_major.long(), torch.ones(channel_major.shape))
@@ -87,7 +87,7 @@ def decode_chunk(blob: bytes, layout: KVLayout, level: int = DEFAULT_LEVEL) -> t
     values = dequantize(
         symbols,
         maxima.view(num_tokens, layout.num_layers, 2),
-        level_bins(layout.num_layers, level),
+        cachegen_bins(layout.num_layers, level),
     )
     out = torch.empty(layout.shape(num_tokens), dtype=torch.float32)
     return write_layer_major(values, layout, out)

@@ -11,7 +11,7 @@ from bench.cachegen_baseline import (
     compression,
 )
 from sidecar.kvcache.codecs.base import token_major
-from sidecar.kvcache.codecs.binning import dequantize, level_bins, quantize
+from sidecar.kvcache.codecs.binning import cachegen_bins, dequantize, quantize
 from sidecar.kvcache.layout import KVLayout
 
 
@@ -29,7 +29,7 @@ def test_round_trip_is_the_quantizer_and_sizes_add_up() -> None:
     layout = KVLayout(3, 2, 8, dtype="float32")
     kv = torch.randn(layout.shape(300), generator=torch.Generator().manual_seed(0))
     result = cachegen_roundtrip(kv, chunk_tokens=256)
-    bins = level_bins(3)
+    bins = cachegen_bins(3)
     symbols, maxima = quantize(token_major(kv, layout), bins)
     expected = dequantize(symbols, maxima, bins).view(300, 3, 2, 2, 8).permute(1, 2, 0, 3, 4)
     assert torch.equal(result.kv, expected)

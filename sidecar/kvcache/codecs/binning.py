@@ -4,8 +4,16 @@ Each (token, layer, K|V) row of `H*D` values is scaled by its largest magnitude 
 rounded onto `bins - 1` symmetric levels, `q = round(x * MAX / m) + MAX` with
 `MAX = bins / 2 - 1`, exactly as CacheGen ships it; `m` travels with the token as fp16 and
 the encoder quantizes with that rounded value, so the decoder's `x = (q - MAX) * m / MAX`
-sees the same scale. Early layers are more sensitive, so they get more bins (the levels
-below are CacheGen's `QUANT_LEVEL` table, level 2 being its default for every model).
+sees the same scale.
+
+How many bins each layer gets is where the two differ. CacheGen gives early layers more
+(`cachegen_bins`). Measured on SmolLM2 (KL of the next 1024 tokens), that spends bits where
+they buy least: quantizing only layers 0-9 at CacheGen's level 2 costs KL 0.0015, layers
+10-19 cost 0.017 and 20-29 0.010, and K hurts twice as much as V. Rate-distortion says to
+equalise those contributions, so kvmoq's levels (`level_bins`) split the depth into thirds
+and give the middle third of K the most bins: level 2 reaches KL 0.028 at 2.40 bit/element
+where CacheGen's bins need 2.75 for KL 0.029. Any allocation decodes: bins travel in the
+tables.
 """
 
 from __future__ import annotations
@@ -22,19 +30,40 @@ MAX_BINS = 64
 SMALLEST_MAXIMUM = 2.0**-24
 
 
-def level_bins(num_layers: int, level: int = DEFAULT_LEVEL) -> torch.Tensor:
-    """Bins per (layer, K|V) as uint8 `[L, 2]` for one of CacheGen's quality levels.
+LEVEL_BINS: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    1: ((12, 20, 14), (8, 14, 10)),
+    2: ((14, 24, 16), (10, 16, 12)),
+    3: ((20, 32, 24), (14, 24, 16)),
+}
+"""Bins of K and of V for the first, middle and last third of the layers, per level."""
 
-    Level 1: K 16 bins below layer 20 then 12, V 16 below layer 2 then 12.
-    Level 2: K 32 below layer 10 then 16, V 32 below layer 2 then 16 (CacheGen's default).
-    Level 3: 32 everywhere.
-    """
+CACHEGEN_LEVELS = {1: (16, 12, 20, 2), 2: (32, 16, 10, 2), 3: (32, 32, 0, 0)}
+"""CacheGen's QUANT_LEVEL: (fine bins, coarse bins, K layers that are fine, V layers)."""
+
+
+def _check_level(level: int) -> None:
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+
+
+def level_bins(num_layers: int, level: int = DEFAULT_LEVEL) -> torch.Tensor:
+    """kvmoq's bins per (layer, K|V) as uint8 `[L, 2]` for a quality level."""
+    _check_level(level)
+    third = torch.arange(num_layers) * 3 // num_layers
+    keys, values = (torch.tensor(bins)[third] for bins in LEVEL_BINS[level])
+    return torch.stack((keys, values), dim=1).to(torch.uint8)
+
+
+def cachegen_bins(num_layers: int, level: int = DEFAULT_LEVEL) -> torch.Tensor:
+    """CacheGen's bins per (layer, K|V) as uint8 `[L, 2]` (its level 2 is LMCache's default).
+
+    Level 1: K 16 below layer 20 then 12, V 16 below layer 2 then 12.
+    Level 2: K 32 below layer 10 then 16, V 32 below layer 2 then 16.
+    Level 3: 32 everywhere.
+    """
+    _check_level(level)
+    fine, coarse, k_depth, v_depth = CACHEGEN_LEVELS[level]
     layer = torch.arange(num_layers)
-    fine, coarse, k_depth, v_depth = {1: (16, 12, 20, 2), 2: (32, 16, 10, 2), 3: (32, 32, 0, 0)}[
-        level
-    ]
     keys = torch.where(layer < k_depth, fine, coarse)
     values = torch.where(layer < v_depth, fine, coarse)
     return torch.stack((keys, values), dim=1).to(torch.uint8)
