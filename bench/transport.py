@@ -55,7 +55,8 @@ HOST = "127.0.0.1"
 NAMESPACE = (b"kvmoq-bench",)
 TRACK = FullTrackName(NAMESPACE, b"objects")
 STEP_TIMEOUT_S = 60.0
-RESULT_TIMEOUT_S = 900.0
+SLOWEST_MBPS = 1.0
+"""A run slower than this is reported as stalled (null) instead of holding the bench up."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -412,7 +413,7 @@ async def _measure(job: Job, logs: Path) -> Received:
             port = int((await child.line(STEP_TIMEOUT_S))["port"])
 
             async def figures() -> Received:
-                raw = await child.line(RESULT_TIMEOUT_S)
+                raw = await child.line(max(2 * STEP_TIMEOUT_S, job.total / 1e6 / SLOWEST_MBPS))
                 return Received(int(raw["nbytes"]), float(raw["seconds"]))
 
             return port, asyncio.ensure_future(figures())
@@ -430,10 +431,22 @@ async def _measure(job: Job, logs: Path) -> Received:
             await child.stop()
 
 
-def measure(job: Job) -> float:
-    """One measurement in MB/s: a receiver process (and a relay) and this process sending."""
+def measure(job: Job) -> float | None:
+    """MB/s of one run (a receiver process, maybe a relay, and this process sending);
+    None if it stalled below SLOWEST_MBPS."""
     with tempfile.TemporaryDirectory(prefix="kvmoq-bench-logs-") as logs:
-        return transport.run(_measure(job, Path(logs))).mbps
+        try:
+            return transport.run(_measure(job, Path(logs))).mbps
+        except TimeoutError:
+            return None
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def _cell(value: float | None, width: int, digits: int) -> str:
+    return f"{'stalled' if value is None else f'{value:.{digits}f}':>{width}}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -444,14 +457,15 @@ def run(args: argparse.Namespace) -> int:
     with_relay = relay_available()
     figures: dict[str, Any] = {}
 
-    def best(job: Job) -> float:
+    def best(job: Job) -> float | None:
         # Other load only ever slows a run down, so the fastest of the repeats is the figure.
-        return max(measure(job) for _ in range(args.repeat))
+        runs = [mbps for mbps in (measure(job) for _ in range(args.repeat)) if mbps is not None]
+        return max(runs, default=None)
 
     with tempfile.TemporaryDirectory(prefix="kvmoq-bench-") as tmp:
         cert = write_certificate(Path(tmp))
         tls = figures["tls_tcp_mbps"] = best(Job("tls_tcp", total, cert))
-        print(f"TLS over TCP (asyncio streams): {tls:8.1f} MB/s")
+        print(f"TLS over TCP (asyncio streams): {_cell(tls, 8, 1)} MB/s")
         print(
             f"{'stack':8} {'datagram':>8} {'bare QUIC':>10} {'MoQT':>8} {'via relay':>10}"
             f" {'MoQT/bare':>9} {'direct_ratio':>12} {'relay_ratio':>11}"
@@ -459,22 +473,22 @@ def run(args: argparse.Namespace) -> int:
         for backend in backends:
             for size in DATAGRAM_SIZES:
                 quic_job = Job("quic", total, cert, backend, size)
-                bare_mbps = best(quic_job)
+                bare = best(quic_job)
                 direct = best(replace(quic_job, kind="moqt"))
                 relayed = (
                     best(replace(quic_job, kind="moqt", via_relay=True)) if with_relay else None
                 )
-                figures.setdefault(backend, {})[str(size)] = {
+                row = figures.setdefault(backend, {})[str(size)] = {
                     "direct_mbps": direct,
                     "relay_mbps": relayed,
-                    "direct_ratio": direct / tls,
-                    "relay_ratio": None if relayed is None else relayed / tls,
+                    "direct_ratio": _ratio(direct, tls),
+                    "relay_ratio": _ratio(relayed, tls),
                 }
-                relay_text = "n/a" if relayed is None else f"{relayed:.1f}"
-                relay_ratio = "n/a" if relayed is None else f"{relayed / tls:.2f}"
                 print(
-                    f"{backend:8} {size:>8} {bare_mbps:>10.1f} {direct:>8.1f} {relay_text:>10}"
-                    f" {direct / bare_mbps:>9.2f} {direct / tls:>12.2f} {relay_ratio:>11}"
+                    f"{backend:8} {size:>8} {_cell(bare, 10, 1)} {_cell(direct, 8, 1)}"
+                    f" {_cell(relayed, 10, 1) if with_relay else 'n/a':>10}"
+                    f" {_cell(_ratio(direct, bare), 9, 2)} {_cell(row['direct_ratio'], 12, 2)}"
+                    f" {_cell(row['relay_ratio'], 11, 2) if with_relay else 'n/a':>11}"
                 )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
