@@ -352,3 +352,64 @@ def test_concurrent_loads_of_one_prompt_share_its_catalog(
             assert again.stopped is StopReason.COMPLETE
 
     run(main)
+
+
+def test_a_generous_deadline_takes_the_best_track(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    token_ids = list(range(4000, 4000 + 3 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=11)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(
+                MODEL, LAYOUT, token_ids, tracks=("int4", "int8", "fp16"), chunk_size=CHUNK
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            out = torch.zeros_like(kv)
+            result = await subscriber.load(MODEL, token_ids, out, 60)
+            assert [c.track for c in result.loaded] == ["fp16"] * 3
+            assert torch.equal(out, roundtrip("fp16", kv))
+
+    run(main)
+
+
+def test_a_deadline_shorter_than_prefill_loads_a_verified_prefix(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """Prefill makes a chunk every 0.5 s; a load given 1.2 s cannot have all four: it
+    returns the chunks it got, checked, and leaves the rest to recompute."""
+    token_ids = list(range(6000, 6000 + 4 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=12)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+            await session.publish_namespace(prompt.namespace)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            out = torch.zeros_like(kv)
+
+            async def prefill() -> None:
+                for index in range(4):
+                    await prompt.add_chunk(kv[:, :, index * CHUNK : (index + 1) * CHUNK])
+                    await asyncio.sleep(0.5)
+
+            producing = asyncio.ensure_future(prefill())
+            result = await subscriber.load(MODEL, token_ids, out, 1.2)
+            await producing
+            assert result.stopped is StopReason.DEADLINE
+            assert result.available == len(token_ids)
+            loaded = result.prefix_tokens
+            assert loaded < len(token_ids) and result.loaded_tokens in ((), (range(0, loaded),))
+            assert torch.equal(out[:, :, :loaded], roundtrip("int8", kv)[:, :, :loaded])
+            assert not out[:, :, loaded:].any()
+
+    run(main)
