@@ -2,21 +2,29 @@
 
 Shared-memory files on CPU nodes and in tests, CUDA IPC on GPU nodes; both arrive as plain
 handle values (the servicer converts the protobuf) and open as torch tensors that view the
-model server's memory in place.
+model server's memory in place. `nvml` says which GPU a handle is on and how codec work
+on it should yield to the model; without NVML or a GPU it answers for the CPU path.
 """
 
 from .errors import HandleError, HandleUnavailable, InvalidHandle
 from .handles import CudaIpcHandle, SharedMemoryHandle, TensorHandle
+from .nvml import GpuInfo, StreamPlan, codec_stream_plan, codec_streams, cuda_available, gpu_info
 from .opener import open_handle
 from .shm import DEFAULT_SHM_ROOTS
 
 __all__ = [
     "DEFAULT_SHM_ROOTS",
     "CudaIpcHandle",
+    "GpuInfo",
     "HandleError",
     "HandleUnavailable",
     "InvalidHandle",
     "SharedMemoryHandle",
+    "StreamPlan",
     "TensorHandle",
+    "codec_stream_plan",
+    "codec_streams",
+    "cuda_available",
+    "gpu_info",
     "open_handle",
 ]
