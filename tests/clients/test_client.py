@@ -14,6 +14,7 @@ import pytest
 import torch
 from kvmoq_client import (
     AsyncKVCacheClient,
+    DeadlineExceeded,
     InvalidArgument,
     KVCacheClient,
     NotFound,
@@ -105,12 +106,15 @@ def test_refusals_arrive_as_typed_exceptions(decode: SidecarProcess, shm: Path) 
         client.unregister_buffers(set_id)
 
 
-def test_no_sidecar_is_unavailable(tmp_path: Path) -> None:
-    with (
-        KVCacheClient(f"unix://{tmp_path}/absent.sock", timeout=10) as client,
-        pytest.raises(Unavailable),
-    ):
+def test_no_sidecar_is_unavailable_unless_the_client_waits_for_one(tmp_path: Path) -> None:
+    target = f"unix://{tmp_path}/absent.sock"
+    with KVCacheClient(target, timeout=10) as client, pytest.raises(Unavailable):
         client.lookup("any", PROMPT)
+    with (
+        KVCacheClient(target, timeout=1, wait_for_ready=True) as waiting,
+        pytest.raises(DeadlineExceeded),
+    ):
+        waiting.lookup("any", PROMPT)
 
 
 def test_the_asyncio_client_does_the_same_round_trip(
