@@ -230,6 +230,9 @@ answered); returns the callback that receives that session's events."""
 
 SETUP_TIMEOUT = 10.0
 TICK_INTERVAL = 0.25
+KEEPALIVE_INTERVAL = 5.0
+"""QUIC PING period: a publisher whose prompt nobody loads for a while must not idle out of the
+relay (QuicSettings.idle_timeout defaults to 30 s, and QUIC sends nothing on its own)."""
 """How often the session's timeouts are checked. They are seconds long (late streams, drained
 subscriptions), and a fixed tick avoids recomputing `next_timer()` after every event."""
 
@@ -291,6 +294,7 @@ class MoqtConnection:
         self.closed: asyncio.Future[SessionClosed] = loop.create_future()
         self.goaway: asyncio.Future[bytes] = loop.create_future()
         self._tick = loop.call_later(TICK_INTERVAL, self._on_tick)
+        self._next_ping = loop.time() + KEEPALIVE_INTERVAL
         self._on_event = on_session(self)
 
     def transmit(self) -> None:
@@ -335,7 +339,11 @@ class MoqtConnection:
         self._on_event(event)
 
     def _on_tick(self) -> None:
-        self.session.tick(self._loop.time())
+        now = self._loop.time()
+        self.session.tick(now)
+        if now >= self._next_ping and not self.closing:
+            self.endpoint.quic.send_ping(0)
+            self._next_ping = now + KEEPALIVE_INTERVAL
         self.transmit()
         if not self.endpoint.closed:
             self._tick = self._loop.call_later(TICK_INTERVAL, self._on_tick)
