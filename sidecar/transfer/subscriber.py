@@ -302,6 +302,8 @@ class _Load:
         self.estimate = ThroughputEstimate()
         self.loaded: list[LoadedChunk] = []
         self.rejected: list[RejectedChunk] = []
+        self.failed: dict[int, set[str]] = {}
+        """Tracks each chunk was rejected on: a retry takes the next one that fits."""
 
     def result(self, stopped: StopReason) -> LoadResult:
         return LoadResult(
@@ -316,35 +318,51 @@ class _Load:
         return max(self.end - self.clock(), 0.0)
 
     async def run(self) -> LoadResult:
-        following: _Transfer | StopReason = await self._next(0)
+        following = await self._next(0)
         try:
             while isinstance(following, _Transfer):
-                transfer = following
-                try:
-                    payloads = await asyncio.wait_for(transfer.task, self.time_left())
-                except TimeoutError:
-                    return self.result(StopReason.DEADLINE)
-                except (KVCodecError, RequestRefused) as exc:
-                    self._reject(transfer, str(exc))
-                    payloads = None
-                except (MoqtApiError, ConnectionError):
-                    return self.result(StopReason.SESSION_GONE)
-                if payloads is not None:
-                    seconds = self.clock() - transfer.started
-                    size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
-                    self.estimate = self.estimate.observe(max(size, 1), max(seconds, 1e-6))
-                ready, after = self.source.feed.catalog, transfer.index + 1
-                prefetched = None
-                if after < self.source.chunks and ready and ready.ready_chunks > after:
-                    following = prefetched = self._begin(ready, after)
-                if payloads is not None:
-                    await self._store(transfer, payloads)
-                if prefetched is None:
-                    following = await self._next(after)
+                following = await self._step(following)
             return self.result(following)
         finally:
             if isinstance(following, _Transfer):
                 following.task.cancel()
+
+    async def _step(self, transfer: _Transfer) -> _Transfer | StopReason:
+        """Finish one transfer; what to wait for next (a chunk, or the end of the load)."""
+        try:
+            payloads = await asyncio.wait_for(transfer.task, self.time_left())
+        except TimeoutError:
+            return StopReason.DEADLINE
+        except (KVCodecError, RequestRefused) as exc:
+            self._reject(transfer, str(exc))
+            return self._retry(transfer) or await self._next(transfer.index + 1)
+        except (MoqtApiError, ConnectionError):
+            return StopReason.SESSION_GONE
+        seconds = self.clock() - transfer.started
+        size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
+        self.estimate = self.estimate.observe(max(size, 1), max(seconds, 1e-6))
+        ready, after = self.source.feed.catalog, transfer.index + 1
+        prefetched = None
+        if after < self.source.chunks and ready and ready.ready_chunks > after:
+            prefetched = self._begin(ready, after)
+        if await self._store(transfer, payloads):
+            return prefetched or await self._next(after)
+        retry = self._retry(transfer)
+        if retry is None:
+            return prefetched or await self._next(after)
+        if isinstance(prefetched, _Transfer):
+            prefetched.task.cancel()
+        return retry
+
+    def _retry(self, rejected: _Transfer) -> _Transfer | StopReason | None:
+        """The rejected chunk again on the next track that fits; None when every track on
+        offer failed it (the load moves on and the chunk stays a hole)."""
+        failed = self.failed.setdefault(rejected.index, set())
+        failed.add(rejected.track)
+        offered = rejected.catalog.chunk_bytes(rejected.index)
+        if not any(t in offered and t not in failed for t in self.quality_order):
+            return None
+        return self._begin(rejected.catalog, rejected.index)
 
     async def _next(self, index: int) -> _Transfer | StopReason:
         """Chunk `index`'s transfer, once the catalog describes it; or why the load ends."""
@@ -363,12 +381,13 @@ class _Load:
 
     def _begin(self, catalog: Catalog, index: int) -> _Transfer | StopReason:
         """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule)."""
+        failed = self.failed.get(index, set())
         track = choose_track(
             catalog.chunk_bytes(index),
             self.estimate.bytes_per_second,
             self.end - self.clock(),
             self.source.chunks - index,
-            self.quality_order,
+            [t for t in self.quality_order if t not in failed],
         )
         if track is None:
             return StopReason.DEADLINE
@@ -376,15 +395,16 @@ class _Load:
         task = asyncio.ensure_future(self._fetch(catalog, index, track, size))
         return _Transfer(catalog, index, track, self.clock(), task)
 
-    async def _store(self, transfer: _Transfer, payloads: list[bytes]) -> None:
-        """Verify, decode (in a worker thread) and write one chunk; reject it on any error."""
+    async def _store(self, transfer: _Transfer, payloads: list[bytes]) -> bool:
+        """Verify, decode (in a worker thread) and write one chunk; False (and the chunk
+        rejected) on any error."""
         catalog, index, track = transfer.catalog, transfer.index, transfer.track
         span = catalog.chunk_span(index)
         try:
             kv = await asyncio.to_thread(_verified_kv, catalog, index, track, payloads)
         except KVCodecError as exc:
             self._reject(transfer, str(exc))
-            return
+            return False
         if isinstance(self.destination, torch.Tensor):
             await asyncio.to_thread(self.destination[:, :, span.start : span.stop].copy_, kv)
         else:
@@ -392,6 +412,7 @@ class _Load:
         size = catalog.chunk_bytes(index)[track]
         seconds = self.clock() - transfer.started
         self.loaded.append(LoadedChunk(index, span, track, size, seconds))
+        return True
 
     async def _fetch(self, catalog: Catalog, index: int, track: str, size: int) -> list[bytes]:
         """The chunk's objects in order; `ChunkIntegrityError` as soon as the stream shows

@@ -413,3 +413,46 @@ def test_a_deadline_shorter_than_prefill_loads_a_verified_prefix(
             assert not out[:, :, loaded:].any()
 
     run(main)
+
+
+def test_a_rejected_chunk_is_fetched_again_on_the_next_track(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """fp16 chunk 2 is corrupted at the publisher: the load rejects it, takes chunk 2 on
+    int8 instead, and the prefix stays whole."""
+    token_ids = list(range(8000, 8000 + 4 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=13)
+
+    def corrupt(track: str, group: int, obj: int, payload: bytes) -> bytes:
+        if (track, group, obj) != ("fp16", 2, 0):
+            return payload
+        return payload[:5] + bytes([payload[5] ^ 0x40]) + payload[6:]
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(
+                MODEL,
+                LAYOUT,
+                token_ids,
+                tracks=("int8", "fp16"),
+                chunk_size=CHUNK,
+                payload_hook=corrupt,
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            subscriber = await net.subscriber()
+            subscriber.chunk_size = CHUNK
+            out = torch.zeros_like(kv)
+            result = await subscriber.load(MODEL, token_ids, out, 60)
+            assert result.stopped is StopReason.COMPLETE
+            assert [(r.index, r.track) for r in result.rejected] == [(2, "fp16")]
+            assert [c.track for c in result.loaded] == ["fp16", "fp16", "int8", "fp16"]
+            assert result.loaded_tokens == (range(0, len(token_ids)),)
+            span = slice(2 * CHUNK, 3 * CHUNK)
+            assert torch.equal(out[:, :, span], roundtrip("int8", kv)[:, :, span])
+            out[:, :, span] = roundtrip("fp16", kv)[:, :, span]
+            assert torch.equal(out, roundtrip("fp16", kv))
+
+    run(main)
