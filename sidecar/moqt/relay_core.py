@@ -254,12 +254,15 @@ class Relay:
             if not peer.gone:
                 action(peer)
         except Exception:
-            logger.exception("relay: internal error serving %s", peer.name)
-            if not peer.session.closed:
-                peer.session.close(SessionErrorCode.INTERNAL_ERROR, "relay internal error")
-                peer.link.transmit()
-            self._peer_left(peer)
+            self._fail(peer)
         self._transmit()
+
+    def _fail(self, peer: Peer) -> None:
+        logger.exception("relay: internal error serving %s", peer.name)
+        if not peer.session.closed:
+            peer.session.close(SessionErrorCode.INTERNAL_ERROR, "relay internal error")
+            peer.link.transmit()
+        self._peer_left(peer)
 
     # ------------------------------------------------------------------------------------
     # Namespaces.
@@ -775,7 +778,11 @@ class Relay:
         self._flush(peer)
 
     def _flush(self, peer: Peer) -> None:
-        """Write queued items while the connection has room; items may queue more."""
+        """Write queued items while the connection has room; items may queue more.
+
+        A failure to write fails this peer only, never the one whose event is being handled
+        (a publisher must not pay for a subscriber whose connection just died).
+        """
         if peer.flushing:
             return
         peer.flushing = True
@@ -787,6 +794,8 @@ class Relay:
                     peer.outbox.popleft()
                     peer.queued_bytes -= _item_size(item)
                 self._dirty.add(peer)
+        except Exception:
+            self._fail(peer)
         finally:
             peer.flushing = False
         if peer.outbox and not peer.waiting_drain and not peer.gone:

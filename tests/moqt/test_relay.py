@@ -334,3 +334,40 @@ def test_a_published_track_reaches_subscribers(relay: RelayProcess, cert: Certif
             assert all(isinstance(e, ObjectReceived) for e in decoder.objects(sub_id))
 
     run(main)
+
+
+def test_a_small_cache_keeps_the_newest_whole_groups(cert: CertificatePaths) -> None:
+    """With room for three groups, a late decoder gets groups 5-7 whole and nothing older."""
+    with running_relay(cert, "--cache-bytes", str(3 * 4 * (10_000 + 128) + 1000)) as relay:
+
+        async def main() -> None:
+            async with Sessions(relay, cert) as sessions:
+                prefill = await sessions.open()
+                await announce(prefill)
+                first = await sessions.open()
+                first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
+                first.send()
+                upstream = accept(prefill, await prefill.next(SubscribeRequested))
+                sent = await send_groups(prefill, upstream, groups=8, objects=4, size=10_000)
+                await first.until(lambda: len(first.objects(first_id)) == sent)
+                await sessions.close(prefill)
+
+                late = await sessions.open()
+                status_id = late.moqt.track_status(TRACK)
+                late.send()
+                status = await late.next(RequestAccepted, lambda e: e.request_id == status_id)
+                assert status.message.largest == Location(7, 3)
+                late_id = await subscribe(late)
+                ended = await late.next(SubscriptionEnded, lambda e: e.request_id == late_id)
+                newest = [r for r in expected(8, 4, 10_000) if r[0] >= 5]
+                # PUBLISH_DONE may overtake the data streams; its stream count says how many
+                # to wait for: three groups, one stream each.
+                assert ended.message.stream_count == 3
+                await late.until(lambda: len(late.of(DataStreamEnded)) == 3)
+                assert received(late, late_id) == newest
+                fetch_id = late.moqt.fetch(StandaloneFetch(TRACK, Location(0, 0), 7, None))
+                late.send()
+                await late.next(DataStreamEnded, lambda e: e.request_id == fetch_id)
+                assert received(late, fetch_id) == newest
+
+        run(main)

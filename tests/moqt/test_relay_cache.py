@@ -1,0 +1,80 @@
+"""The relay's cache: one byte budget over every track, evicting whole groups LRU."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sidecar.moqt.model import FullTrackName, Location, TrackObject
+from sidecar.moqt.relay_cache import OBJECT_OVERHEAD, RelayCache
+
+A = FullTrackName((b"ns",), b"a")
+B = FullTrackName((b"ns",), b"b")
+
+
+def obj(object_id: int, size: int) -> TrackObject:
+    return TrackObject(object_id, bytes(size))
+
+
+def test_the_least_recently_used_group_of_any_track_goes_first() -> None:
+    cost = 1000 + OBJECT_OVERHEAD
+    cache = RelayCache(3 * cost)
+    cache.add(A, 0, obj(0, 1000))
+    cache.add(B, 0, obj(0, 1000))
+    cache.add(A, 1, obj(0, 1000))
+    assert cache.group(A, 0) is not None  # touched: B's group 0 is now the oldest
+    cache.add(B, 1, obj(0, 1000))
+    assert cache.group_ids(A, 0) == [0, 1]
+    assert cache.group_ids(B, 0) == [1]
+    assert cache.size == 3 * cost
+
+
+def test_whole_groups_are_evicted_never_half_of_one() -> None:
+    cache = RelayCache(4 * (100 + OBJECT_OVERHEAD))
+    for group in range(3):
+        for object_id in range(2):
+            cache.add(A, group, obj(object_id, 100))
+    assert cache.group_ids(A, 0) == [1, 2]
+    assert all(len(cache.group(A, g).objects) == 2 for g in (1, 2))  # type: ignore[union-attr]
+
+
+def test_empty_objects_still_cost_and_oversized_ones_are_not_kept() -> None:
+    cache = RelayCache(10 * OBJECT_OVERHEAD)
+    for group in range(50):
+        cache.add(A, group, obj(0, 0))
+    assert len(cache.group_ids(A, 0)) == 10
+    cache.add(B, 0, obj(0, 10 * OBJECT_OVERHEAD))
+    assert not cache.has_track(B)
+
+
+def test_a_replaced_object_is_charged_once() -> None:
+    cache = RelayCache(1 << 20)
+    cache.add(A, 0, obj(0, 500))
+    cache.add(A, 0, obj(0, 300))
+    assert cache.size == 300 + OBJECT_OVERHEAD
+    assert cache.largest(A) == Location(0, 0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([A, B]), st.integers(0, 20), st.integers(0, 5), st.integers(0, 3000)
+        ),
+        max_size=200,
+    )
+)
+def test_never_over_budget_and_accounting_matches_contents(
+    adds: list[tuple[FullTrackName, int, int, int]],
+) -> None:
+    budget = 20_000
+    cache = RelayCache(budget)
+    for track, group, object_id, size in adds:
+        cache.add(track, group, obj(object_id, size))
+        assert cache.size <= budget
+    held = sum(
+        o.size + OBJECT_OVERHEAD
+        for track in (A, B)
+        for g in cache.group_ids(track, 0)
+        for o in cache.group(track, g).objects.values()  # type: ignore[union-attr]
+    )
+    assert held == cache.size
