@@ -123,6 +123,7 @@ def test_missing_foreign_and_corrupt_tables_are_rejected() -> None:
     corruptions = {
         "magic": b"XVAC" + tables[4:],
         "version": tables[:4] + b"\x02" + tables[5:],
+        "level": tables[:5] + b"\x09" + tables[6:],
         "truncated": tables[:-1],
         "overlong": tables + b"\x00",
         "odd bins": tables[:14] + b"\x05" + tables[15:],

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import TablesError
-from ..layout import KVLayout
+from ..layout import KVLayout, chunk_ranges
 from .base import token_major
-from .binning import DEFAULT_LEVEL, centers, check_bins, level_bins, quantize
+from .binning import DEFAULT_LEVEL, LEVELS, centers, check_bins, level_bins, quantize
 
 MAGIC = b"KVAC"
 TABLES_VERSION = 1
@@ -36,6 +36,7 @@ RMS_BUCKETS = 16
 SMOOTHING = 0.02
 """Pseudo-count per symbol and channel, so symbols the sample never saw stay affordable."""
 
+FIT_SLICE_TOKENS = 256
 _HEADER = struct.Struct("<4sBBHHHBB")
 
 
@@ -96,6 +97,8 @@ class ACTables:
             )
         if not 1 <= models <= MAX_MODELS or not 3 <= alphabet <= 63:
             raise TablesError(f"tables declare {models} models over {alphabet} symbols")
+        if level not in (0, *LEVELS):
+            raise TablesError(f"tables declare an unknown level {level}")
         rows = layout.num_layers * 2
         channels = rows * layout.channels
         expected = _HEADER.size + rows + channels + 2 * models * alphabet
@@ -125,19 +128,15 @@ class ACTables:
 
 def fit_tables(layout: KVLayout, sample: torch.Tensor, level: int = DEFAULT_LEVEL) -> ACTables:
     """Tables for a prompt from any sample of its KV `[L, 2, S, H, D]` (S >= 1)."""
-    if layout.check(sample) == 0:
+    tokens = layout.check(sample)
+    if tokens == 0:
         raise TablesError("cannot fit ac tables on an empty sample")
     bins = level_bins(layout.num_layers, level)
-    symbols, _ = quantize(token_major(sample, layout), bins.to(sample.device))
-    symbols = symbols.cpu().long()
     alphabet = int(bins.max()) - 1
-    counts = torch.zeros(layout.num_layers, 2, layout.channels, alphabet)
-    counts.scatter_add_(
-        3, symbols.permute(1, 2, 3, 0), torch.ones(symbols.shape).permute(1, 2, 3, 0)
-    )
+    counts = symbol_counts(sample, layout, bins, alphabet)
     center = centers(bins).view(layout.num_layers, 2, 1, 1)
     offsets = torch.arange(alphabet).view(1, 1, 1, -1) - center
-    mean_square = (counts * offsets.square()).sum(-1) / symbols.shape[0]
+    mean_square = (counts * offsets.square()).sum(-1) / tokens
     if layout.head_dim % 2 == 0:
         pairs = mean_square[:, 0].reshape(layout.num_layers, layout.num_kv_heads, 2, -1)
         mean_square[:, 0] = pairs.mean(dim=2, keepdim=True).expand_as(pairs).flatten(1)
@@ -162,6 +161,21 @@ def fit_tables(layout: KVLayout, sample: torch.Tensor, level: int = DEFAULT_LEVE
     pooled = torch.zeros(unique_keys.numel(), alphabet)
     pooled.index_add_(0, model_of, (symmetric + prior).reshape(-1, alphabet))
     return ACTables(layout, level, bins, model_of.to(torch.uint8), to_frequencies(pooled))
+
+
+def symbol_counts(
+    sample: torch.Tensor, layout: KVLayout, bins: torch.Tensor, alphabet: int
+) -> torch.Tensor:
+    """Histogram `[L, 2, C, alphabet]` of the sample's symbols, in bounded memory."""
+    rows = layout.num_layers * 2 * layout.channels
+    base = torch.arange(rows) * alphabet
+    counts = torch.zeros(rows * alphabet)
+    for span in chunk_ranges(sample.shape[2], FIT_SLICE_TOKENS):
+        part = token_major(sample[:, :, span.start : span.stop], layout)
+        symbols, _ = quantize(part, bins.to(sample.device))
+        flat = symbols.cpu().view(len(span), rows) + base
+        counts += torch.bincount(flat.flatten(), minlength=rows * alphabet)
+    return counts.view(layout.num_layers, 2, layout.channels, alphabet)
 
 
 def to_frequencies(weights: torch.Tensor) -> torch.Tensor:
