@@ -144,6 +144,7 @@ class KVService:
         self._writers: Counter[str] = Counter()
         self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
         self._loads: set[asyncio.Task[None]] = set()
+        self._publishing: set[asyncio.Task[None]] = set()
 
     # Buffer sets ------------------------------------------------------------------------
 
@@ -225,6 +226,15 @@ class KVService:
         except (PublishError, KVCodecError) as exc:
             raise InvalidArgument(str(exc)) from None
         self._published[namespace] = prompt
+        # Shielded: a caller that leaves must not leave a prompt half published, which
+        # every later Publish of the same tokens would be answered with.
+        task = asyncio.create_task(self._publish(prompt, kv))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+        await asyncio.shield(task)
+        return prompt
+
+    async def _publish(self, prompt: PublishedPrompt, kv: torch.Tensor) -> None:
         await self.link.announce(prompt.namespace)
         await prompt.publish(kv)
         assert prompt.catalog is not None
@@ -235,10 +245,9 @@ class KVService:
         log.info(
             "prompt_published",
             prompt=prompt.name.prompt_id,
-            tokens=len(token_ids),
+            tokens=len(prompt.token_ids),
             tracks=list(prompt.offered),
         )
-        return prompt
 
     # Lookup -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ in trailing metadata), the request converted by `messages`, one call into the co
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
@@ -104,21 +105,25 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
         self, request: pb.LoadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.LoadProgress]:
         async with _scope(context, "Load"):
-            events = self.service.load(
-                request.buffer_set_id,
-                request.token_ids,
-                messages.placement(request.destination, "destination"),
-                self._deadline(request, context),
-                request.tracks,
+            # aclosing: a client gone while a message is written must still end the load now
+            events = contextlib.aclosing(
+                self.service.load(
+                    request.buffer_set_id,
+                    request.token_ids,
+                    messages.placement(request.destination, "destination"),
+                    self._deadline(request, context),
+                    request.tracks,
+                )
             )
-            async for event in events:
-                yield messages.progress(event)
-                if isinstance(event, LoadOutcome) and event.stop is LoadStop.CANCELLED:
-                    await context.abort(
-                        grpc.StatusCode.CANCELLED,
-                        f"the sidecar is shutting down; LoadFinished lists the"
-                        f" {sum(map(len, event.loaded))} tokens written, compute the rest",
-                    )
+            async with events as progress:
+                async for event in progress:
+                    yield messages.progress(event)
+                    if isinstance(event, LoadOutcome) and event.stop is LoadStop.CANCELLED:
+                        await context.abort(
+                            grpc.StatusCode.CANCELLED,
+                            f"the sidecar is shutting down; LoadFinished lists the"
+                            f" {sum(map(len, event.loaded))} tokens written, compute the rest",
+                        )
 
     def _open(self, handle: TensorHandle) -> torch.Tensor:
         try:

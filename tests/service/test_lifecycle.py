@@ -34,6 +34,8 @@ MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
 TOKENS = list(range(500, 520))
 BLOCKS = pb.KVLocation(blocks=pb.BlockList(block_ids=[0, 1, 2]))
+PATIENT = ("--relay-timeout", "120")
+"""The relay is frozen for a while: on a busy machine the session must not time out."""
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def test_without_a_relay_loads_ask_for_every_token_until_it_is_back(
 def test_a_client_that_leaves_mid_load_cancels_only_its_load(
     cert: CertificatePaths, shm: Path
 ) -> None:
-    with running_relay(cert) as relay, running_sidecar(relay.url, cert) as sidecar:
+    with running_relay(cert) as relay, running_sidecar(relay.url, cert, *PATIENT) as sidecar:
         sidecar.wait_ready()
         set_id, buffers = register(sidecar, shm)
         request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
@@ -138,7 +140,7 @@ def test_a_client_that_leaves_mid_load_cancels_only_its_load(
 def test_sigterm_drains_running_loads_then_exits(cert: CertificatePaths, shm: Path) -> None:
     with (
         running_relay(cert) as relay,
-        running_sidecar(relay.url, cert, "--drain-seconds", "1") as sidecar,
+        running_sidecar(relay.url, cert, "--drain-seconds", "1", *PATIENT) as sidecar,
         ThreadPoolExecutor(1) as pool,
     ):
         sidecar.wait_ready()
