@@ -22,6 +22,7 @@ PROMPT_TOKENS = 150
 NEW_TOKENS = 24
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_the_conversion_round_trips_a_real_cache(smollm2: PreTrainedModel) -> None:
     ids = load_tokenizer()(pydoc_text()[:400], add_special_tokens=False)["input_ids"][:40]
