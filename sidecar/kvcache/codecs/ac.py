@@ -28,6 +28,7 @@ from .ac_tables import FREQUENCY_TOTAL, ACTables, fit_tables
 from .base import (
     PAYLOAD_VERSION,
     Codec,
+    all_finite,
     check_payloads,
     destination,
     token_major,
@@ -141,10 +142,9 @@ class ACCodec(Codec):
         values = values.view(num_tokens, layout.num_layers, 2, layout.channels)
         if bool((values > plan.top_symbol.to(dst.device)).any()):
             raise PayloadError("ac payload decodes to symbols outside its layer's bins")
-        scales = torch.frombuffer(maxima, dtype=torch.float16).view(num_tokens, -1)
+        scales = torch.frombuffer(maxima, dtype=torch.float16)
         scales = scales.view(num_tokens, layout.num_layers, 2).to(dst.device)
-        low, high = torch.aminmax(scales)
-        if not bool(torch.isfinite(high) & (low >= 0)):
+        if bool((scales < 0).any()) or not all_finite(scales):
             raise PayloadError("ac payload carries a negative or non-finite maximum")
         bins = plan.tables.bins.to(dst.device)
         return write_layer_major(dequantize(values, scales, bins), layout, dst)

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import TablesError, TensorError
 from ..layout import KVLayout
+from .base import all_finite
 
 LEVELS = (1, 2, 3)
 DEFAULT_LEVEL = 2
@@ -80,8 +81,7 @@ def quantize(tokens: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, to
     Raises `TensorError` when a row holds NaN/Inf or a magnitude fp16 cannot carry.
     """
     maxima = tokens.abs().amax(dim=-1).to(torch.float16)
-    low, high = torch.aminmax(maxima)
-    if not bool(torch.isfinite(low) & torch.isfinite(high)):
+    if not all_finite(maxima):
         raise TensorError("KV contains NaN/Inf or magnitudes beyond the fp16 range of the maxima")
     center = centers(bins).to(tokens.device)
     factor = center / maxima.float().clamp_min(SMALLEST_MAXIMUM)

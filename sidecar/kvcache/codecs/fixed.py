@@ -18,6 +18,7 @@ from ..layout import KVLayout
 from .base import (
     PAYLOAD_VERSION,
     Codec,
+    all_finite,
     check_tables_absent,
     destination,
     split_rows,
@@ -36,7 +37,7 @@ class ElementFormat:
     """How scaled values become packed bytes and back, for one compression.
 
     `quantize` maps float32 `[T, N]` (already divided by the token's scale, so within
-    `[-qmax, qmax]`) to uint8 `[T, N * bits / 8]`; `dequantize` is its inverse and raises
+    `[-qmax, qmax]`) to uint8 `[T, N * bits / 8]`; `dequantize` is its inverse and returns
     NaN for codes the encoder never emits (NaN patterns, -128 in int8, ...), which the
     decoder then rejects with one finiteness check.
     `qmax` is None for exact casts, which carry no scales.
@@ -55,12 +56,6 @@ def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
 
 def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((packed & 0x0F, packed >> 4), dim=-1).flatten(-2)
-
-
-def all_finite(values: torch.Tensor) -> bool:
-    """One reduction instead of `isfinite(...).all()`, which is 10x slower on CPU."""
-    low, high = torch.aminmax(values)
-    return bool(torch.isfinite(low) & torch.isfinite(high))
 
 
 def finite_cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
