@@ -7,9 +7,9 @@ channels in ascending (layer, K|V, channel) order. Each model is constriction's
 `Categorical(frequencies / 2^16, perfect=False)` built from the shared tables.
 
 Why this is fast without giving up per-token streams: the tables map thousands of channels
-onto a few dozen models, so a token costs one constriction call per model (each coding a few
-hundred symbols against a prebuilt model) instead of a probability table per symbol, and the
-quantization and the channel reordering run on whole chunks in torch.
+onto about a hundred models, so a token costs one constriction call per model (each coding
+a hundred-odd symbols against a prebuilt model) instead of a probability table per symbol;
+the quantization and the channel reordering run on whole chunks in torch.
 """
 
 from __future__ import annotations
