@@ -31,7 +31,7 @@ import torch
 from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
-from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_links
+from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_count, prompt_id
 from sidecar.moqt.api import PublishedTrack, Publisher
 from sidecar.moqt.model import FullTrackName, TrackObject
 
@@ -71,11 +71,12 @@ class KVPublisher(Publisher):
         payload_hook: PayloadHook | None = None,
     ) -> PublishedPrompt:
         """Declare a prompt; its KV follows with `add_chunk` or `publish`."""
+        name = PromptName(model, prompt_id(token_ids, chunk_size))
+        if name.namespace() in self._prompts:
+            raise PublishError(f"prompt {name.prompt_id} is already published")
         prompt = PublishedPrompt(
-            self, model, layout, token_ids, tracks, default_track, chunk_size, payload_hook
+            self, name, layout, token_ids, tracks, default_track, chunk_size, payload_hook
         )
-        if prompt.namespace in self._prompts:
-            raise PublishError(f"prompt {prompt.name.prompt_id} is already published")
         self._prompts[prompt.namespace] = prompt
         return prompt
 
@@ -94,7 +95,7 @@ class PublishedPrompt:
     def __init__(
         self,
         publisher: KVPublisher,
-        model: str,
+        name: PromptName,
         layout: KVLayout,
         token_ids: Sequence[int],
         tracks: Sequence[str],
@@ -107,8 +108,7 @@ class PublishedPrompt:
             get_codec(track)  # UnknownCodecError for a name that is not a codec
         if default_track not in offered:
             raise PublishError(f"default track {default_track!r} is not among {offered}")
-        links = chunk_links(token_ids, chunk_size)
-        self.name = PromptName(model, links[-1].hex())
+        self.name = name
         self.namespace: tuple[bytes, ...] = self.name.namespace()
         self.layout = layout
         self.token_ids = tuple(token_ids)
@@ -133,7 +133,7 @@ class PublishedPrompt:
 
     @property
     def chunk_count(self) -> int:
-        return len(chunk_links(self.token_ids, self.chunk_size))
+        return chunk_count(len(self.token_ids), self.chunk_size)
 
     @property
     def ready_chunks(self) -> int:

@@ -4,16 +4,16 @@
 
 * `lookup(model, token_ids)` says how many leading tokens some published prompt holds,
   without moving any KV: the prefix index (links of every catalog seen) names prompts that
-  share leading chunks, and the query's own hash-chain links are probed with TRACK_STATUS on
-  the catalog track (a published prompt that is a chunk-aligned prefix of the query answers
-  to its last link). The best candidate's catalog confirms it.
+  share leading chunks, and the query's own hash-chain links name every prompt that would be
+  a chunk-aligned prefix of it. Candidates are probed, most tokens first, by subscribing to
+  their catalogs; the catalog of the best one that answers confirms how much it covers.
 * `load(model, token_ids, destination, deadline)` then fetches chunk after chunk, one FETCH
-  per group (every relay serves that, moq-rs included), choosing the track of each from
-  the measured throughput so the whole load meets the deadline (`transfer.adapt`). Each
-  chunk is checked against the catalog's size and digest and decoded into a scratch tensor
-  before a byte reaches the destination; a chunk that fails is reported and skipped, never
-  written. The result names exactly which tokens were loaded: the model server computes the
-  others itself.
+  per group (the only FETCH moq-rs accepts), choosing the track of each from the measured
+  throughput so the whole load meets the deadline (`transfer.adapt`). Each chunk is checked
+  against the catalog's size and digest and decoded into a scratch tensor before a byte
+  reaches the destination; a chunk that fails is reported, fetched again on the next track
+  that fits, and never written. The result names exactly which tokens were loaded: the
+  model server computes the others itself.
 
 Chunks are loaded in order while prefill may still be running upstream: a chunk that the
 catalog does not describe yet is waited for (live catalog revisions, `CatalogFeed`) until the
