@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
+import torch
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -50,6 +51,15 @@ def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
 def sidecar(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
     flags = ("--chunk-size", "16", "--max-request-tokens", str(MAX_TOKENS))
     with running_sidecar(relay.url, cert, *flags) as process:
+        process.wait_ready()
+        yield process
+
+
+@pytest.fixture(scope="module")
+def peer(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+    """A second sidecar on the relay: a relay routes no request back to the session it
+    came from, so what one sidecar publishes, another one loads."""
+    with running_sidecar(relay.url, cert, "--chunk-size", "16") as process:
         process.wait_ready()
         yield process
 
@@ -310,3 +320,28 @@ def test_health_readiness_and_metrics(sidecar: SidecarProcess) -> None:
 def test_the_api_socket_is_for_the_model_servers_group_only(sidecar: SidecarProcess) -> None:
     socket = Path(sidecar.grpc.removeprefix("unix://"))
     assert socket.stat().st_mode & 0o777 == 0o660
+
+
+def test_a_load_of_kv_with_another_layout_is_refused_before_any_write(
+    sidecar: SidecarProcess, peer: SidecarProcess, contiguous: tuple[str, ContiguousKV], shm: Path
+) -> None:
+    """Same model name, other KV geometry (say, a fine-tune with more KV heads): the first
+    chunk shows it, nothing is written, FAILED_PRECONDITION says what differs."""
+    source_id, source = contiguous
+    tokens = list(range(300, 332))
+    source.put(0, torch.ones(LAYOUT.shape(len(tokens)), dtype=LAYOUT.torch_dtype))
+    sidecar.stub.Publish(
+        pb.PublishRequest(buffer_set_id=source_id, token_ids=tokens, source=token_range(0, 32))
+    )
+    wider = KVLayout(LAYOUT.num_layers, 2 * LAYOUT.num_kv_heads, LAYOUT.head_dim, LAYOUT.dtype)
+    destination = PagedKV(wider, 8, 4, Path(tempfile.mkdtemp(dir=shm)))
+    set_id = peer.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+    refused(
+        lambda: peer.stub.Load(
+            pb.LoadRequest(buffer_set_id=set_id, token_ids=tokens, destination=blocks(0, 1, 2, 3)),
+            timeout=60,
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "another model or layout",
+    )
+    assert not any(tensor.any() for tensor in destination.keys + destination.values)
