@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import math
-import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,6 @@ DEFAULT_TOKENS = 2048
 DEFAULT_COMPRESSIONS = "fp16,int8,ac"
 EXTENSION_TOKENS = 200
 """Tokens the second decode request adds after the published prompt."""
-CHILD_TIMEOUT_S = 300.0
 LINK_GBPS = (0.1, 0.3, 1, 3, 10, 30, 100)
 
 
@@ -68,12 +66,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _check_args(args: argparse.Namespace) -> list[str]:
     from sidecar.kvcache.codecs import CODEC_NAMES
 
@@ -114,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, tracks: list[str], console: Console) -> int:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from sidecar.demo.children import Children, python_module
+    from sidecar.demo.children import Children
+    from sidecar.demo.services import start_prefill, start_relay
     from sidecar.moqt import transport
     from sidecar.moqt.tls import write_certificate
 
@@ -134,38 +127,12 @@ def _run(args: argparse.Namespace, tracks: list[str], console: Console) -> int:
         else:
             cert_dir = out / "kvmoq-demo-cert" if args.keep else Path(tmp)
             cert = write_certificate(cert_dir, overwrite=True)
-            port = _free_udp_port()
             step = progress.add_task("starting the relay", total=1)
-            relay = children.start(
-                "relay",
-                python_module(
-                    "sidecar.cli",
-                    "relay",
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    "--cert",
-                    str(cert.cert),
-                    "--key",
-                    str(cert.key),
-                    "--max-datagram-size",
-                    "16384",
-                ),
-                ready_prefix="listening on ",
-                timeout=60,
-            )
-            url, ca = relay.ready_line.removeprefix("listening on "), cert.cert
+            url, ca = start_relay(children, cert), cert.cert
             progress.update(step, completed=1)
 
         step = progress.add_task("prefill node: load SmolLM2, compute and publish the KV", total=1)
-        prefill = children.start(
-            "prefill server",
-            python_module(
-                "sidecar.demo.prefill", "--url", url, "--ca", str(ca), "--tokens", str(args.tokens)
-            ),
-            ready_prefix='{"event": "ready"',
-            timeout=CHILD_TIMEOUT_S,
-        )
-        published = json.loads(prefill.ready_line)
+        prefill, published = start_prefill(children, url, ca, args.tokens)
         progress.update(step, completed=1)
 
         report = transport.run(_decode(args.tokens, tracks, url, ca, progress))

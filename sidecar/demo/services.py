@@ -1,0 +1,65 @@
+"""The demo's two services as child processes: a relay, and a prefill node publishing a prompt.
+
+Shared by `kvmoq demo` and `kvmoq bench e2e`, so that the figures of both come from the same
+processes started the same way. Each function returns once its service is ready to serve.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from sidecar.demo.children import Child, Children, python_module
+from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
+from sidecar.moqt.tls import CertificatePaths
+
+HOST = "127.0.0.1"
+RELAY_TIMEOUT_S = 60.0
+PREFILL_TIMEOUT_S = 300.0
+"""Loading SmolLM2 and prefilling a long prompt on a busy CPU takes minutes, not seconds."""
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def start_relay(children: Children, cert: CertificatePaths) -> str:
+    """A relay on a free loopback port; its URL."""
+    relay = children.start(
+        "relay",
+        python_module(
+            "sidecar.cli",
+            "relay",
+            "--listen",
+            f"{HOST}:{free_udp_port()}",
+            "--cert",
+            str(cert.cert),
+            "--key",
+            str(cert.key),
+            "--max-datagram-size",
+            str(LOOPBACK_DATAGRAM_SIZE),
+        ),
+        ready_prefix="listening on ",
+        timeout=RELAY_TIMEOUT_S,
+    )
+    return relay.ready_line.removeprefix("listening on ")
+
+
+def start_prefill(
+    children: Children, url: str, ca: Path, tokens: int
+) -> tuple[Child, dict[str, Any]]:
+    """A prefill node that has published the KV of the first `tokens` pydoc tokens through
+    the relay at `url`; the child and its ready event (prompt id, prefill seconds)."""
+    prefill = children.start(
+        "prefill server",
+        python_module(
+            "sidecar.demo.prefill", "--url", url, "--ca", str(ca), "--tokens", str(tokens)
+        ),
+        ready_prefix='{"event": "ready"',
+        timeout=PREFILL_TIMEOUT_S,
+    )
+    return prefill, dict(json.loads(prefill.ready_line))
