@@ -17,12 +17,15 @@ so the bytes match the catalog) and from then on it is kept and written like the
 
 Chunks can be added while prefill still runs (`add_chunk`): each is written to the kept
 tracks at once, so live subscribers get it immediately, and then a catalog revision that
-describes it is published (group id = chunks described), so a subscriber never sees a
-catalog that promises a chunk the tracks do not hold yet.
+describes it is published (group id = chunks described; at most one per REVISION_INTERVAL,
+and always the complete one), so a subscriber never sees a catalog that promises a chunk
+the tracks do not hold yet.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -39,6 +42,11 @@ DEFAULT_TRACKS: tuple[str, ...] = ("fp16", "int8", "ac", "int4")
 """A spread the deadline rule can choose from: near-lossless, 8 bits, ~3 bits, 4 bits."""
 DEFAULT_TRACK = "int8"
 """Encoded eagerly: the usual choice on a datacenter link (see transfer.adapt)."""
+
+REVISION_INTERVAL = 0.1
+"""Seconds between catalog revisions while chunks come faster (the complete one is always
+published): each revision repeats every digest so far, so one per chunk would cost
+O(chunks^2) bytes for a long prompt."""
 
 CATALOG_CACHE_BYTES = 64 << 20
 """Old revisions may be evicted (the newest is what subscribers want); room for several of
@@ -123,6 +131,7 @@ class PublishedPrompt:
         self._hook = payload_hook
         self._chunks: list[torch.Tensor] = []
         self._kept: dict[str, PublishedTrack] = {}
+        self._revised_at = -math.inf
         # The largest track is fp16/bf16 (2 bytes a value, plus a version byte a token);
         # `ac` stays below it in practice. Twice that: the cache never evicts a chunk.
         self._track_cache_bytes = 2 * len(self.token_ids) * (layout.fp16_bytes_per_token + 64)
@@ -179,9 +188,12 @@ class PublishedPrompt:
         # included, by `_requested`, and must not be written twice.
         for name, track in list(self._kept.items()):
             await self._write_chunk(track, name, index, encoded[name])
-        await self._catalog_track.write(
-            revision.ready_chunks, 0, revision.encode(), end_of_group=True
-        )
+        now = asyncio.get_running_loop().time()
+        if revision.complete or now - self._revised_at >= REVISION_INTERVAL:
+            self._revised_at = now
+            await self._catalog_track.write(
+                revision.ready_chunks, 0, revision.encode(), end_of_group=True
+            )
         if revision.complete:
             for track in (*self._kept.values(), self._catalog_track):
                 await track.end()
