@@ -4,6 +4,9 @@ Buffer sets in, prompts published from them, loads written into them. The servic
 protobuf into these calls and these results back into protobuf; tests and other adapters
 could drive this class directly.
 
+A prompt this sidecar published itself is loaded from its own memory: no relay routes a
+request back to the session it came from, and the bytes are the model server's own, exact.
+
 A load's chunks are written synchronously inside the subscriber's callback, between two
 awaits, so whatever stops a load (deadline, relay gone, client gone, shutdown) stops it
 between chunks: every token position is either fully written and verified, and reported,
@@ -23,8 +26,9 @@ import torch
 
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
-from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, chunk_ranges
 from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_links
+from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
 from sidecar.log import get_logger
 from sidecar.moqt.api import MoqtApiError
 from sidecar.service.buffers import BufferSet, Placement
@@ -39,7 +43,13 @@ from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
 from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate
 from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS, PublishedPrompt, PublishError
-from sidecar.transfer.subscriber import LoadedChunk, LoadResult, RejectedChunk, StopReason
+from sidecar.transfer.subscriber import (
+    KVSink,
+    LoadedChunk,
+    LoadResult,
+    RejectedChunk,
+    StopReason,
+)
 
 log = get_logger(__name__)
 
@@ -145,6 +155,9 @@ class KVService:
         self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
         self._loads: set[asyncio.Task[None]] = set()
         self._publishing: set[asyncio.Task[None]] = set()
+        self._local = PrefixIndex()
+        """Chunk links of the prompts published here, to load them from `_local_kv`."""
+        self._local_kv: dict[tuple[bytes, ...], torch.Tensor] = {}
 
     # Buffer sets ------------------------------------------------------------------------
 
@@ -238,6 +251,8 @@ class KVService:
         await self.link.announce(prompt.namespace)
         await prompt.publish(kv)
         assert prompt.catalog is not None
+        self._local_kv[prompt.namespace] = kv  # the publisher keeps views of it anyway
+        self._local.add_catalog(prompt.catalog)
         for index in range(prompt.chunk_count):
             for track, size in prompt.catalog.chunk_bytes(index).items():
                 self.metrics.published_bytes.labels(track).inc(size)
@@ -253,9 +268,12 @@ class KVService:
 
     async def lookup(self, set_id: str, token_ids: Sequence[int]) -> Found:
         buffers = self._request(set_id, token_ids)
+        local = self._local.lookup(buffers.model, token_ids)
         subscriber = self.link.subscriber
         found = Found(None, 0, 0, self.link.url, 0.0)
-        if subscriber is not None:
+        if local is not None:
+            found = Found(local.prompt, local.tokens, local.tokens, "", 0.0)
+        elif subscriber is not None:
             try:
                 availability = await subscriber.lookup(buffers.model, token_ids)
             except (MoqtApiError, ConnectionError, TimeoutError) as exc:
@@ -350,8 +368,11 @@ class KVService:
 
         result: LoadResult | None = None
         subscriber = self.link.subscriber
+        local = self._local.lookup(buffers.model, token_ids)
         try:
-            if subscriber is None:
+            if local is not None:
+                stop = self._load_local(local, write)
+            elif subscriber is None:
                 stop = LoadStop.RELAY_GONE
             else:
                 result = await subscriber.load(
@@ -366,6 +387,8 @@ class KVService:
             emit(exc)
             return
         outcome = LoadOutcome(len(token_ids), stop, _spans(written))
+        if local is not None:
+            outcome = LoadOutcome(len(token_ids), stop, outcome.loaded, local.prompt, local.tokens)
         if result is not None:
             outcome = LoadOutcome(
                 len(token_ids),
@@ -380,6 +403,12 @@ class KVService:
                 self.throughput = self.throughput.observe(chunk.nbytes, chunk.seconds)
         self._account(outcome, clock() - started)
         emit(outcome)
+
+    def _load_local(self, match: PrefixMatch, write: KVSink) -> LoadStop:
+        kv = self._local_kv[match.prompt.namespace()]
+        for span in chunk_ranges(match.tokens, match.chunk_size):
+            write(span, kv[:, :, span.start : span.stop])
+        return LoadStop.COMPLETE
 
     def _account(self, outcome: LoadOutcome, seconds: float) -> None:
         metrics = self.metrics

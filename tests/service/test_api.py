@@ -345,3 +345,34 @@ def test_a_load_of_kv_with_another_layout_is_refused_before_any_write(
         "another model or layout",
     )
     assert not any(tensor.any() for tensor in destination.keys + destination.values)
+
+
+def test_a_prompt_published_here_loads_from_this_sidecars_memory(
+    sidecar: SidecarProcess, contiguous: tuple[str, ContiguousKV], shm: Path
+) -> None:
+    source_id, source = contiguous
+    destination = PagedKV(LAYOUT, 8, 16, Path(tempfile.mkdtemp(dir=shm)))
+    set_id = sidecar.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+    tokens = list(range(700, 740))  # 2 whole chunks of 16 and a partial one
+    kv = torch.randn(LAYOUT.shape(len(tokens)), generator=torch.Generator().manual_seed(7))
+    source.put(10, kv.to(LAYOUT.torch_dtype))
+    sidecar.stub.Publish(
+        pb.PublishRequest(
+            buffer_set_id=source_id, token_ids=tokens, source=token_range(10, 50), tracks=["int4"]
+        )
+    )
+    found = sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=tokens))
+    assert (found.available_tokens, found.relay_url) == (40, "")
+    query = [*tokens[:32], 1, 2, 3]  # the first two chunks only
+    ids = [15, 8, 3, 10, 12]
+    chunks, finished = load(
+        sidecar.stub,
+        pb.LoadRequest(buffer_set_id=set_id, token_ids=query, destination=blocks(*ids)),
+        timeout=60,
+    )
+    assert [(c.tokens.start, c.tokens.end) for c in chunks] == [(0, 16), (16, 32)]
+    assert (spans(finished.loaded), finished.compute_tokens) == ([(0, 32)], 3)
+    assert finished.stop_reason == pb.STOP_REASON_COMPLETE
+    loaded = destination.gather(ids, len(query))
+    assert torch.equal(loaded[:, :, :32], kv[:, :, :32].to(LAYOUT.torch_dtype))  # not int4
+    assert not loaded[:, :, 32:].any()
