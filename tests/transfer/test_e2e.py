@@ -105,7 +105,7 @@ def test_publisher_killed_mid_load(
             nonlocal loaded
             async with network(relay.url, cert) as net:
                 subscriber = await net.subscriber()
-                result = await subscriber.load(MODEL, ids, sink, 4)
+                result = await subscriber.load(MODEL, ids, sink, 6)
                 assert result.stopped is StopReason.DEADLINE
                 loaded = result.prefix_tokens
                 assert loaded in (256, 384)
