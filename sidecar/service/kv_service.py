@@ -386,21 +386,17 @@ class KVService:
         except Exception as exc:
             emit(exc)
             return
-        outcome = LoadOutcome(len(token_ids), stop, _spans(written))
-        if local is not None:
-            outcome = LoadOutcome(len(token_ids), stop, outcome.loaded, local.prompt, local.tokens)
+        prompt, available = (local.prompt, local.tokens) if local else (None, 0)
+        chunks: tuple[LoadedChunk, ...] = ()
+        rejected: tuple[RejectedChunk, ...] = ()
         if result is not None:
-            outcome = LoadOutcome(
-                len(token_ids),
-                stop,
-                outcome.loaded,
-                result.prompt,
-                result.available,
-                result.loaded,
-                result.rejected,
-            )
-            for chunk in result.loaded:
+            prompt, available = result.prompt, result.available
+            chunks, rejected = result.loaded, result.rejected
+            for chunk in chunks:
                 self.throughput = self.throughput.observe(chunk.nbytes, chunk.seconds)
+        outcome = LoadOutcome(
+            len(token_ids), stop, _spans(written), prompt, available, chunks, rejected
+        )
         self._account(outcome, clock() - started)
         emit(outcome)
 
