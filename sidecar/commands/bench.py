@@ -13,6 +13,7 @@ import importlib
 BENCHMARKS: dict[str, str] = {
     "codec": "bench.codec",
     "transport": "bench.transport",
+    "e2e": "bench.e2e",
 }
 
 

@@ -1,0 +1,419 @@
+"""End to end: is loading a prompt's KV cache through a relay worth more than recomputing it?
+
+One run answers it on this machine with SmolLM2-135M and a pydoc prompt. A relay and a
+prefill node that publishes the prompt's KV in every track run as processes
+(`sidecar.demo.services`); this process is the decode node. Its baseline is recomputing
+the prompt's KV (warm model, same process, same run). Then it loads the KV through the relay
+on loopback per track (`--tracks`) and adaptively (CacheGen's rule, `transfer.adapt`, with
+a deadline of half the recompute time), and judges each load by the next-token
+distributions that follow it against the recomputed ones (`sidecar.demo.decode.judge`).
+
+Every track is fetched once before any timed load, so the relay's cache serves the timed
+loads, as it serves every decode node after the first. Link limits (`--limits`) then shape
+the loopback of a network namespace the benchmark makes (bench.netns); relay, prefill node
+and decode node all run inside it, so the relay-to-decoder link is the limited one. Each
+limited load opens a fresh QUIC session, as a decode node on that link would, and the rate
+the link really carries is checked with a bulk TCP transfer and printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import netns
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sidecar.demo.decode import Reference, TrackRun
+    from sidecar.transfer.subscriber import KVSubscriber
+
+DESCRIPTION = (
+    "SmolLM2 prompt KV: recompute vs load through the relay per track on loopback, "
+    "and adaptive loads under tbf link limits in a network namespace"
+)
+
+DEFAULT_TOKENS = 4096
+DEFAULT_TRACKS = "int8,ac"
+DEFAULT_LIMITS = "100mbit,1gbit"
+WARM_DEADLINE_S = 300.0
+TRACK_DEADLINE_S = 300.0
+"""Bounds a single-track load; the rule never falls back with one track to choose from."""
+LOG_WIDTH = 132
+"""Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
+SPEEDUP_GOAL = 5.0
+KL_GOAL = 0.03
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=DEFAULT_TOKENS,
+        help=f"prompt length in tokens (default {DEFAULT_TOKENS}; 128..8192)",
+    )
+    parser.add_argument(
+        "--tracks",
+        default=DEFAULT_TRACKS,
+        help=f"comma-separated tracks to time on loopback besides adaptive (default {DEFAULT_TRACKS})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        choices=range(1, 6),
+        default=2,
+        metavar="N",
+        help="time the recompute and each loopback load N times (1..5) and keep the fastest: "
+        "other load on the machine only slows them down (default 2)",
+    )
+    parser.add_argument(
+        "--limits",
+        default=DEFAULT_LIMITS,
+        help=f"comma-separated link rates for the adaptive loads, as tc writes them "
+        f"(default {DEFAULT_LIMITS}); 'none' skips them (they need root and iproute2)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """The benchmark's parameters; travels as JSON to the process inside the namespace."""
+
+    tokens: int
+    tracks: tuple[str, ...]
+    limits: tuple[str, ...]
+    repeat: int
+    json_path: str | None
+    namespace: str | None = None
+    limits_skipped: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        raw = json.loads(text)
+        return cls(**{**raw, "tracks": tuple(raw["tracks"]), "limits": tuple(raw["limits"])})
+
+
+def _job(args: argparse.Namespace) -> Job:
+    from sidecar.kvcache.codecs import CODEC_NAMES
+
+    if not 128 <= args.tokens <= 8192:
+        raise SystemExit(f"kvmoq bench e2e: --tokens must be in 128..8192, got {args.tokens}")
+    tracks = tuple(t.strip() for t in args.tracks.split(",") if t.strip())
+    unknown = [t for t in tracks if t not in CODEC_NAMES]
+    if not tracks or unknown:
+        raise SystemExit(
+            f"kvmoq bench e2e: unknown track {', '.join(unknown) or '(none)'}; "
+            f"choose from {' '.join(CODEC_NAMES)}"
+        )
+    limits: tuple[str, ...] = ()
+    if args.limits.strip().lower() != "none":
+        try:
+            limits = tuple(netns.LinkLimit.parse(t).label for t in args.limits.split(","))
+        except ValueError as exc:
+            raise SystemExit(f"kvmoq bench e2e: --limits: {exc}") from exc
+    json_path = str(Path(args.json).resolve()) if args.json else None
+    return Job(args.tokens, tracks, limits, args.repeat, json_path)
+
+
+def run(args: argparse.Namespace) -> int:
+    job = _job(args)
+    if not job.limits:
+        return _bench(dataclasses.replace(job, limits_skipped="--limits none"))
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        print(f"kvmoq bench e2e: link limits skipped ({reason}); loopback figures only")
+        return _bench(dataclasses.replace(job, limits=(), limits_skipped=reason))
+    with netns.Namespace() as namespace:
+        inside = dataclasses.replace(job, namespace=namespace.name)
+        return namespace.run([sys.executable, "-m", "bench.e2e", inside.to_json()])
+
+
+def _bench(job: Job) -> int:
+    """The benchmark proper, in this process's network namespace (the host's or ours)."""
+    from rich.console import Console
+
+    from sidecar.demo.children import ChildFailed, Children
+    from sidecar.demo.services import start_prefill, start_relay
+    from sidecar.moqt import transport
+    from sidecar.moqt.tls import write_certificate
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, LOG_WIDTH)
+    try:
+        with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-e2e-") as tmp:
+            cert = write_certificate(Path(tmp))
+            console.log("starting the relay and the prefill node (SmolLM2 prefills, publishes)")
+            url = start_relay(children, cert)
+            _, published = start_prefill(children, url, cert.cert, job.tokens)
+            report = transport.run(_decode(job, url, cert.cert, console))
+    except (ChildFailed, ConnectionError, OSError, TimeoutError) as failure:
+        console.print(f"[red]kvmoq bench e2e failed:[/red] {type(failure).__name__}: {failure}")
+        return 1
+    except KeyboardInterrupt:
+        console.print(
+            "[yellow]interrupted; every process the benchmark started is stopped[/yellow]"
+        )
+        return 130
+    report["prefill_node_s"] = published["prefill_s"]
+    _show(console, report)
+    if job.json_path:
+        Path(job.json_path).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def _subscriber(url: str, ca: Path) -> AsyncIterator[KVSubscriber]:
+    """A decode node's session to the relay: a fresh QUIC connection each time."""
+    from sidecar.moqt import api
+    from sidecar.moqt.quic_backend import QuicSettings
+    from sidecar.transfer.subscriber import KVSubscriber
+
+    async with api.connect(url, QuicSettings.loopback(ca_file=ca)) as session:
+        yield KVSubscriber(session)
+
+
+async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, Any]:
+    from sidecar.demo.decode import SCORED_TOKENS, judge, load, recompute
+    from sidecar.demo.prefill import MODEL_NAME
+    from sidecar.kvcache.codecs import CODEC_NAMES
+    from sidecar.models.corpus import pydoc_token_ids
+    from sidecar.models.kv import kv_layout
+    from sidecar.models.smollm2 import load_model
+
+    console.log("decode node: load SmolLM2 and recompute the prompt (the baseline)")
+    model = load_model()
+    layout = kv_layout(model)
+    ids = pydoc_token_ids(job.tokens + SCORED_TOKENS)
+    prompt, continuation = ids[: job.tokens], ids[job.tokens :]
+    reference = await asyncio.to_thread(
+        functools.partial(recompute, model, prompt, continuation, repeat=job.repeat)
+    )
+    deadline = reference.seconds / 2
+
+    async def measure(
+        subscriber: KVSubscriber,
+        label: str,
+        order: tuple[str, ...] | None,
+        seconds: float,
+        repeat: int = 1,
+    ) -> TrackRun:
+        """The fastest of `repeat` loads, judged against the recomputed reference."""
+        fastest = None
+        for _ in range(repeat):
+            timed = await load(
+                subscriber,
+                MODEL_NAME,
+                prompt,
+                layout,
+                deadline=seconds,
+                quality_order=order,
+                progress=lambda _: None,
+            )
+            if fastest is None or timed[2] < fastest[2]:
+                fastest = timed
+        assert fastest is not None
+        result, kv, load_s = fastest
+        return await asyncio.to_thread(
+            judge, model, label, result, kv, load_s, prompt, continuation, reference
+        )
+
+    async with _subscriber(url, ca) as subscriber:
+        console.log(f"fetching every track once ({' '.join(CODEC_NAMES)}) into the relay's cache")
+        for track in CODEC_NAMES:
+            await load(
+                subscriber,
+                MODEL_NAME,
+                prompt,
+                layout,
+                deadline=WARM_DEADLINE_S,
+                quality_order=(track,),
+                progress=lambda _: None,
+            )
+        runs = []
+        for label, order, seconds in [
+            *((track, (track,), TRACK_DEADLINE_S) for track in job.tracks),
+            ("adaptive", None, deadline),
+        ]:
+            console.log(f"timed load through the relay on loopback: {label}")
+            runs.append(await measure(subscriber, label, order, seconds, job.repeat))
+
+    links: dict[str, dict[str, Any]] = {}
+    if job.limits:
+        assert job.namespace is not None
+        namespace = netns.Namespace(job.namespace)
+        for label in job.limits:
+            limit = netns.LinkLimit.parse(label)
+            namespace.limit(limit)
+            try:
+                measured = await asyncio.to_thread(netns.loopback_rate)
+                console.log(
+                    f"link limited to {label}: a bulk TCP transfer gets "
+                    f"{measured / 1e6:.1f} Mbit/s; adaptive load, deadline {deadline:.2f} s"
+                )
+                async with _subscriber(url, ca) as subscriber:
+                    link_run = await measure(subscriber, "adaptive", None, deadline)
+            finally:
+                namespace.limit(None)
+            links[label] = {
+                "limit_bps": limit.bits_per_second,
+                "measured_bps": measured,
+                "deadline_s": deadline,
+                "deadline_met": link_run.loaded_tokens == job.tokens
+                and link_run.load_s <= deadline,
+                **_figures(link_run, reference, layout.fp16_bytes_per_token * job.tokens),
+            }
+    return _report(job, reference, runs, links, layout.fp16_bytes_per_token * job.tokens)
+
+
+def _figures(run: TrackRun, reference: Reference, fp16_bytes: int) -> dict[str, Any]:
+    whole = not math.isnan(run.kl)
+    return {
+        "load_s": run.load_s,
+        "speedup": reference.seconds / run.load_s,
+        "wire_bytes": run.wire_bytes,
+        "ratio_vs_fp16": fp16_bytes / run.wire_bytes if run.wire_bytes else None,
+        "loaded_tokens": run.loaded_tokens,
+        "kl": run.kl if whole else None,
+        "top1": run.top1 if whole else None,
+        "same_text": run.same_text(reference),
+        "tracks_used": run.tracks_used,
+        "stopped": run.stopped,
+    }
+
+
+def _report(
+    job: Job,
+    reference: Reference,
+    runs: list[TrackRun],
+    links: dict[str, dict[str, Any]],
+    fp16_bytes: int,
+) -> dict[str, Any]:
+    from sidecar.demo.prefill import MODEL_NAME
+
+    figures = {run.label: _figures(run, reference, fp16_bytes) for run in runs}
+    good = {
+        label: row["speedup"]
+        for label, row in figures.items()
+        if row["kl"] is not None and row["kl"] <= KL_GOAL
+    }
+    best = max(good, key=good.__getitem__, default=None)
+    speedup = good[best] if best is not None else None
+    return {
+        "model": MODEL_NAME,
+        "tokens": job.tokens,
+        "recompute_s": reference.seconds,
+        "deadline_s": reference.seconds / 2,
+        **{key: {label: row[key] for label, row in figures.items()} for key in _PER_TRACK},
+        "speedup_vs_recompute": speedup,
+        "best_track": best,
+        "goal": {
+            "speedup": SPEEDUP_GOAL,
+            "kl": KL_GOAL,
+            "met": speedup is not None and speedup >= SPEEDUP_GOAL,
+        },
+        "links": links,
+        "links_skipped": job.limits_skipped,
+    }
+
+
+_PER_TRACK = (
+    "load_s",
+    "speedup",
+    "wire_bytes",
+    "ratio_vs_fp16",
+    "loaded_tokens",
+    "kl",
+    "top1",
+    "same_text",
+    "tracks_used",
+    "stopped",
+)
+
+
+def _show(console: Console, report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"{report['model']}, {report['tokens']}-token pydoc prompt: recompute vs load "
+        "through the relay"
+    )
+    for column in _COLUMNS:
+        table.add_column(column, justify="right")
+    recompute_s = report["recompute_s"]
+    table.add_row("recompute", "-", "-", "-", f"{recompute_s:.2f}", "1.0x", *["-"] * 5)
+    for label in report["load_s"]:
+        row = {key: report[key][label] for key in _PER_TRACK}
+        deadline = f"{report['deadline_s']:.2f}" if label == "adaptive" else "-"
+        table.add_row(label, "loopback", *_cells(row, deadline))
+    for label, row in report["links"].items():
+        deadline = f"{row['deadline_s']:.2f} {'met' if row['deadline_met'] else 'MISSED'}"
+        table.add_row("adaptive", label, *_cells(row, deadline))
+    console.print(table)
+    for label, row in report["links"].items():
+        console.print(
+            f"Link {label}: a bulk TCP transfer through it got "
+            f"{row['measured_bps'] / 1e6:.1f} Mbit/s."
+        )
+    if report["links_skipped"]:
+        console.print(f"Link limits skipped: {report['links_skipped']}.")
+    best, speedup = report["best_track"], report["speedup_vs_recompute"]
+    verdict = "met" if report["goal"]["met"] else "NOT met"
+    achieved = f"best {best}: {speedup:.1f}x" if best else "no load reached that KL"
+    console.print(
+        f"Goal: load >= {SPEEDUP_GOAL:.0f}x faster than recompute at KL <= {KL_GOAL}: "
+        f"{verdict} ({achieved}; recompute {recompute_s:.2f} s, "
+        f"prefill node {report['prefill_node_s']:.2f} s)"
+    )
+
+
+_COLUMNS = (
+    "load",
+    "link",
+    "payload MB",
+    "vs fp16",
+    "seconds",
+    "speedup",
+    "KL",
+    "top-1",
+    "same text",
+    "deadline s",
+    "tracks",
+)
+
+
+def _cells(row: dict[str, Any], deadline: str) -> list[str]:
+    quality = (
+        [f"{row['kl']:.2e}", f"{row['top1']:.1%}", "yes" if row["same_text"] else "no"]
+        if row["kl"] is not None
+        else [f"loaded {row['loaded_tokens']}", "-", "-"]
+    )
+    used = " ".join(f"{k}×{v}" for k, v in sorted(row["tracks_used"].items()))
+    return [
+        f"{row['wire_bytes'] / 1e6:.1f}",
+        f"{row['ratio_vs_fp16']:.1f}x" if row["ratio_vs_fp16"] else "-",
+        f"{row['load_s']:.2f}",
+        f"{row['speedup']:.1f}x",
+        *quality,
+        deadline,
+        used,
+    ]
+
+
+if __name__ == "__main__":
+    # The process `run` starts inside the network namespace.
+    sys.exit(_bench(Job.from_json(sys.argv[1])))
