@@ -132,6 +132,7 @@ class PublishedPrompt:
         self._chunks: list[torch.Tensor] = []
         self._kept: dict[str, PublishedTrack] = {}
         self._revised_at = -math.inf
+        self._adding = asyncio.Lock()
         # The largest track is fp16/bf16 (2 bytes a value, plus a version byte a token);
         # `ac` stays below it in practice. Twice that: the cache never evicts a chunk.
         self._track_cache_bytes = 2 * len(self.token_ids) * (layout.fp16_bytes_per_token + 64)
@@ -165,38 +166,46 @@ class PublishedPrompt:
     async def add_chunk(self, kv: torch.Tensor) -> None:
         """Publish the next chunk (`[L, 2, T, H, D]`, T = its token count) as prefill makes it.
 
-        The tensor is kept by reference (a track asked for later is encoded from it), so the
-        caller must not overwrite it while the prompt is published.
+        Encoding runs in a worker thread, so the sessions keep serving earlier chunks
+        meanwhile. The tensor is kept by reference (a track asked for later is encoded from
+        it), so the caller must not overwrite it while the prompt is published.
         """
-        index = self.ready_chunks
-        if index == self.chunk_count:
-            raise PublishError("every chunk of the prompt is already published")
-        start = index * self.chunk_size
-        tokens = min(self.chunk_size, len(self.token_ids) - start)
-        if self.layout.check(kv) != tokens:
-            raise PublishError(f"chunk {index} must hold {tokens} tokens, got {kv.shape[2]}")
-        if self.catalog is None:
-            tables = {name: get_codec(name).fit_tables(self.layout, kv) for name in self.offered}
-            self.catalog = Catalog.for_prompt(
-                self.name.model, self.layout, self.token_ids, tables, self.chunk_size
+        async with self._adding:
+            index = self.ready_chunks
+            if index == self.chunk_count:
+                raise PublishError("every chunk of the prompt is already published")
+            start = index * self.chunk_size
+            tokens = min(self.chunk_size, len(self.token_ids) - start)
+            if self.layout.check(kv) != tokens:
+                raise PublishError(f"chunk {index} must hold {tokens} tokens, got {kv.shape[2]}")
+            if self.catalog is None:
+                self.catalog = await asyncio.to_thread(self._first_revision, kv)
+            encoded = await asyncio.to_thread(
+                lambda: {name: self._encode(name, kv) for name in self.offered}
             )
-        encoded = {name: self._encode(name, kv) for name in self.offered}
-        self._chunks.append(kv)
-        self.catalog = self.catalog.with_chunk(encoded)
-        revision = self.catalog
-        # Snapshot: a track first asked for during the writes below is encoded, this chunk
-        # included, by `_requested`, and must not be written twice.
-        for name, track in list(self._kept.items()):
-            await self._write_chunk(track, name, index, encoded[name])
-        now = asyncio.get_running_loop().time()
-        if revision.complete or now - self._revised_at >= REVISION_INTERVAL:
-            self._revised_at = now
-            await self._catalog_track.write(
-                revision.ready_chunks, 0, revision.encode(), end_of_group=True
-            )
-        if revision.complete:
-            for track in (*self._kept.values(), self._catalog_track):
-                await track.end()
+            self._chunks.append(kv)
+            self.catalog = self.catalog.with_chunk(encoded)
+            revision = self.catalog
+            # Snapshot: a track first asked for during the writes below is encoded, this
+            # chunk included, by `_requested`, and must not be written twice.
+            for name, track in list(self._kept.items()):
+                await self._write_chunk(track, name, index, encoded[name])
+            now = asyncio.get_running_loop().time()
+            if revision.complete or now - self._revised_at >= REVISION_INTERVAL:
+                self._revised_at = now
+                await self._catalog_track.write(
+                    revision.ready_chunks, 0, revision.encode(), end_of_group=True
+                )
+            if revision.complete:
+                for track in (*self._kept.values(), self._catalog_track):
+                    await track.end()
+
+    def _first_revision(self, kv: torch.Tensor) -> Catalog:
+        """The catalog before any chunk: links, and codec tables fitted on the first chunk."""
+        tables = {name: get_codec(name).fit_tables(self.layout, kv) for name in self.offered}
+        return Catalog.for_prompt(
+            self.name.model, self.layout, self.token_ids, tables, self.chunk_size
+        )
 
     def _encode(self, name: str, kv: torch.Tensor) -> list[bytes]:
         assert self.catalog is not None
