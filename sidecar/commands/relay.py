@@ -75,7 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_positive,
         default=64 * MiB,
         metavar="N",
-        help="live bytes waiting for one slow subscriber before it is dropped (default 64 MiB)",
+        help="live bytes queued for one peer before its subscriptions read the cache instead "
+        "(default 64 MiB)",
     )
     parser.add_argument("--backend", choices=["aioquic", "qh3"], default="aioquic")
     parser.add_argument(

@@ -5,6 +5,12 @@ tracks, and a budget per track would let one busy track starve the others or let
 ones hold memory nobody reads. So the budget and the recency order are global here, keyed by
 (track, group), and each ``TrackCache`` is only the per-track store.
 
+The cache also remembers what it evicted (the most recent ``MAX_EVICTION_RECORDS``): per
+track the newest group, because a subscriber reading the cache behind the live edge must
+know whether a group it has not read yet was lost rather than never published; and each
+evicted group, so that the rest of a group evicted while its objects were still arriving is
+not cached as if it were the whole group (a FETCH from the publisher may refill it whole).
+
 Every object is charged ``OBJECT_OVERHEAD`` bytes on top of its payload, so a peer cannot fill
 the relay with millions of empty status objects that weigh nothing.
 """
@@ -17,6 +23,7 @@ from collections.abc import Iterator
 from .model import FullTrackName, Group, Location, TrackCache, TrackObject
 
 OBJECT_OVERHEAD = 128
+MAX_EVICTION_RECORDS = 100_000
 
 _GroupKey = tuple[FullTrackName, int]
 
@@ -30,12 +37,19 @@ class RelayCache:
         self._tracks: dict[FullTrackName, TrackCache] = {}
         self._groups: dict[FullTrackName, set[int]] = {}
         self._charged: OrderedDict[_GroupKey, int] = OrderedDict()  # oldest-touched first
+        self._evicted: OrderedDict[FullTrackName, int] = OrderedDict()  # newest evicted group
+        self._evicted_groups: OrderedDict[_GroupKey, None] = OrderedDict()
 
-    def add(self, track: FullTrackName, group_id: int, obj: TrackObject) -> None:
-        """Store an object; one larger than the whole budget is not stored."""
+    def add(
+        self, track: FullTrackName, group_id: int, obj: TrackObject, *, refill: bool = False
+    ) -> None:
+        """Store an object; one larger than the whole budget is not stored, nor (unless it
+        ``refill``s the group from a FETCH) one of a group that was evicted."""
         cost = obj.size + OBJECT_OVERHEAD
-        if cost > self.max_bytes:
+        key = (track, group_id)
+        if cost > self.max_bytes or (not refill and key in self._evicted_groups):
             return
+        self._evicted_groups.pop(key, None)
         cache = self._tracks.get(track)
         if cache is None:
             cache = self._tracks[track] = TrackCache(self.max_bytes)
@@ -45,7 +59,6 @@ class RelayCache:
         for evicted in cache.add(group_id, obj):  # only when one track outgrows the budget
             self._forget(track, evicted)
         if track in self._tracks and group_id in cache:
-            key = (track, group_id)
             extra = cost - (replaced.size + OBJECT_OVERHEAD if replaced is not None else 0)
             self._charged[key] = self._charged.get(key, 0) + extra
             self._charged.move_to_end(key)
@@ -86,11 +99,20 @@ class RelayCache:
         if cache is not None:
             yield from cache.objects(start, end)
 
+    def evicted_from(self, track: FullTrackName, group_id: int) -> bool:
+        """Whether a group at or after ``group_id`` of ``track`` was ever evicted."""
+        return self._evicted.get(track, -1) >= group_id
+
     def _evict(self) -> None:
         while self.size > self.max_bytes:
             (track, group_id), _ = next(iter(self._charged.items()))
             self._tracks[track].discard(group_id)
             self._forget(track, group_id)
+            self._evicted[track] = max(group_id, self._evicted.pop(track, -1))
+            self._evicted_groups[(track, group_id)] = None
+            for record in (self._evicted, self._evicted_groups):
+                if len(record) > MAX_EVICTION_RECORDS:
+                    record.popitem(last=False)
 
     def _forget(self, track: FullTrackName, group_id: int) -> None:
         self.size -= self._charged.pop((track, group_id), 0)

@@ -6,14 +6,17 @@ needs of the I/O layer is three things per peer (``PeerLink``): whether its conn
 backlog is full, a nudge to transmit, and a wake-up (``Relay.resume``) once it drained.
 
 Why the per-peer outbox: a relay must not buffer without bound for a subscriber slower than
-its publisher, and it must not stall the publisher either. Everything bound for a peer goes
-through one FIFO of small items that refer to cached payloads (no copies); it is written
-into QUIC while the connection's backlog allows, and waits otherwise. Live objects that
-would push the FIFO past ``max_queued_bytes`` end that subscription with PUBLISH_DONE
-TOO_FAR_BEHIND instead. Replays of cached groups (late SUBSCRIBEs with an absolute start,
-FETCH) are queued as one item that reads the cache a group at a time, so a subscriber that
-loads a thousand past groups holds no more than one group in flight, and a replaying
-subscriber takes nothing from the live path until it has caught up with the cache.
+its publisher, and it cannot slow the publisher down either (aioquic and qh3 grant flow
+control as data arrives, not as it is consumed). Everything bound for a peer goes through one
+FIFO of small items that refer to cached payloads (no copies); it is written into QUIC while
+the connection's backlog allows, and waits otherwise. The cache is the real buffer: when live
+objects for a subscription would push its peer's FIFO past ``max_queued_bytes``, the
+subscription stops taking live objects and reads the cache at its own pace instead, and only
+if the cache evicts a group it has not read yet does it end with PUBLISH_DONE TOO_FAR_BEHIND.
+Replays of cached groups (such catch-ups, late SUBSCRIBEs with an absolute start, FETCH) are
+one queued item that reads the cache a group at a time, so a subscriber that loads a
+thousand past groups holds no more than one group in flight, and takes nothing from the live
+path until it has caught up with the live edge.
 """
 
 from __future__ import annotations
@@ -99,8 +102,11 @@ class Downstream:
     end_group: int | None
     forward: bool
     live: bool = True  # False while a replay of cached groups is catching up
+    behind: bool = False  # it fell behind the live edge: it must not miss a group
     ending: bool = False
     streams: dict[tuple[int, int], _Stream] = field(default_factory=dict)
+    # Subgroups finished while catching up, so the replay does not send them again.
+    finished: set[tuple[int, int]] = field(default_factory=set)
 
     def wants(self, location: Location) -> bool:
         return (
@@ -625,7 +631,7 @@ class Relay:
         if event.source == ev.ObjectSource.FETCH:
             fetch = peer.upstream_fetches.get(event.request_id)
             if fetch is not None:
-                self.cache.add(fetch.track, event.group_id, obj)
+                self.cache.add(fetch.track, event.group_id, obj, refill=True)
                 self._enqueue(fetch.peer, _FetchSend(fetch, event.group_id, obj))
             return
         track = peer.upstreams.get(event.request_id)
@@ -763,10 +769,7 @@ class Relay:
         size = _item_size(item)
         over = size and peer.outbox and peer.queued_bytes + size > self.limits.max_queued_bytes
         if over and isinstance(item, _Send):
-            sub = item.sub
-            self._purge(peer, lambda queued: getattr(queued, "sub", None) is sub)
-            sub.ending = True
-            self._send_done(sub, PublishDoneStatus.TOO_FAR_BEHIND, "subscriber too far behind")
+            self._fall_behind(item.sub, item.group_id)
             return
         if over and isinstance(item, _FetchSend):
             fetch = item.fetch
@@ -776,6 +779,16 @@ class Relay:
         peer.outbox.append(item)
         peer.queued_bytes += size
         self._flush(peer)
+
+    def _fall_behind(self, sub: Downstream, group_id: int) -> None:
+        """Too much live data waits for this subscriber: it reads the cache instead, at its
+        own pace, and only if the cache loses a group it has not read is it TOO_FAR_BEHIND."""
+        peer = sub.peer
+        queued = [q.group_id for q in peer.outbox if isinstance(q, _Send) and q.sub is sub]
+        self._purge(peer, lambda q: isinstance(q, _Send) and q.sub is sub)
+        sub.live = False
+        sub.behind = True
+        self._enqueue(peer, _Replay(sub, min(queued, default=group_id)))
 
     def _flush(self, peer: Peer) -> None:
         """Write queued items while the connection has room; items may queue more.
@@ -834,6 +847,8 @@ class Relay:
         key = (group_id, obj.subgroup_id)
         stream = sub.streams.get(key)
         session = self._session(sub.peer)
+        if stream is None and key in sub.finished:
+            return
         if stream is None:
             stream_id = session.open_subgroup(
                 sub.request_id,
@@ -869,6 +884,8 @@ class Relay:
                 self._end_stream(sub, key, reset=False)
 
     def _end_stream(self, sub: Downstream, key: tuple[int, int], reset: bool) -> None:
+        if not sub.live:
+            sub.finished.add(key)
         stream = sub.streams.pop(key, None)
         if stream is None or stream.stopped:
             return
@@ -881,6 +898,9 @@ class Relay:
     def _replay_step(self, item: _Replay) -> bool:
         sub = item.sub
         if sub.peer.downstreams.get(sub.request_id) is not sub or sub.ending:
+            return True
+        if sub.behind and self.cache.evicted_from(sub.track.name, item.cursor):
+            self._end(sub, PublishDoneStatus.TOO_FAR_BEHIND, "the cache lost what it had not read")
             return True
         if not item.groups:
             item.groups.extend(self.cache.group_ids(sub.track.name, item.cursor, sub.end_group))
@@ -897,6 +917,8 @@ class Relay:
         for group_id in sorted({g for g, _ in sub.track.live_streams.values()}):
             self._write_group(sub, group_id)
         sub.live = True
+        sub.behind = False
+        sub.finished.clear()
         largest = self._largest(sub.track)
         if sub.end_group is not None and largest is not None and largest.group > sub.end_group:
             self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")

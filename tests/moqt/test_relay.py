@@ -30,6 +30,7 @@ from sidecar.moqt.events import (
 )
 from sidecar.moqt.messages import FilterType, StandaloneFetch, SubscriptionFilter
 from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.quic_backend import QuicSettings, load_backend
 from sidecar.moqt.tls import CertificatePaths, write_certificate
 from tests.moqt.test_relay_harness import (
     REPO,
@@ -109,6 +110,24 @@ async def subscribe(client: Client, filter: SubscriptionFilter = FROM_START) -> 
 
 def received(client: Client, request_id: int) -> list[tuple[int, int, bytes]]:
     return sorted((e.group_id, e.object_id, e.payload) for e in client.objects(request_id))
+
+
+async def all_acknowledged(client: Client) -> None:
+    """Wait until the peer acknowledged everything ``client`` sent."""
+    assert client.connection is not None
+    quic = client.connection.endpoint.quic
+    backlog = load_backend(QuicSettings().backend).send_backlog  # the sessions' default stack
+    while backlog(quic):
+        await asyncio.sleep(0.05)
+
+
+def all_streams_ended(client: Client, request_id: int, last_group: int) -> bool:
+    """The last group has arrived and every stream that brought objects has ended."""
+    objects = client.objects(request_id)
+    ended = {e.stream_id for e in client.of(DataStreamEnded)}
+    return any(e.group_id == last_group for e in objects) and all(
+        e.stream_id in ended for e in objects
+    )
 
 
 def expected(groups: int, objects: int, size: int) -> list[tuple[int, int, bytes]]:
@@ -272,10 +291,13 @@ def test_namespace_subscribers_hear_of_publishers_coming_and_going(
     run(main)
 
 
-def test_a_subscriber_that_stops_reading_is_dropped_alone(cert: CertificatePaths) -> None:
-    """A stalled subscriber gets TOO_FAR_BEHIND; the relay stays up and its cache intact."""
+def test_a_subscriber_that_stops_reading_falls_behind_alone(cert: CertificatePaths) -> None:
+    """A stalled subscriber reads the cache once it wakes; the cache (4 MiB) lost what it had
+    not read (12 MiB were sent), so it gets TOO_FAR_BEHIND. The relay stays up, and a new
+    subscriber gets the groups still cached, each whole and intact."""
     namespace = json.dumps([part.decode() for part in NAMESPACE])
-    with running_relay(cert, "--max-queued-bytes", str(1 << 20)) as relay:
+    flags = ("--max-queued-bytes", str(1 << 20), "--cache-bytes", str(4 << 20))
+    with running_relay(cert, *flags) as relay:
         argv = [sys.executable, "-m", "tests.moqt.test_relay_harness", relay.url, str(cert.cert)]
         stalled: list[subprocess.Popen[str]] = []
 
@@ -295,16 +317,23 @@ def test_a_subscriber_that_stops_reading_is_dropped_alone(cert: CertificatePaths
                 ready = await asyncio.to_thread(process.stdout.readline)
                 assert json.loads(ready) == {"event": "ready"}
                 process.send_signal(signal.SIGSTOP)
-                # More than the relay's QUIC backlog (8 MiB) plus its queue (1 MiB).
+                # More than the relay's QUIC backlog (8 MiB), its queue (1 MiB), its cache.
                 sent = await send_groups(publisher, upstream, groups=12, objects=16, size=65_536)
+                await all_acknowledged(publisher)  # the relay has taken in every object
                 late = await sessions.open()
-                late_id = await subscribe(late)
-                await late.until(lambda: len(late.objects(late_id)) == sent, "cached objects")
-                assert received(late, late_id) == expected(12, 16, 65_536)
+                late_id = late.moqt.subscribe(TRACK, filter=FROM_START)
+                late.send()
+                await late.next(RequestAccepted, lambda e: e.request_id == late_id)
+                await late.until(lambda: all_streams_ended(late, late_id, last_group=11))
+                groups = {e.group_id for e in late.objects(late_id)}
+                assert 0 not in groups  # evicted: 4 MiB hold fewer than four groups
+                whole = [r for r in expected(12, 16, 65_536) if r[0] in groups]
+                assert received(late, late_id) == whole
                 process.send_signal(signal.SIGCONT)
                 ended = json.loads(await asyncio.to_thread(process.stdout.readline))
                 assert ended == {"event": "ended", "status": PublishDoneStatus.TOO_FAR_BEHIND}
                 assert len(publisher.of(SubscribeRequested)) == 1
+                assert sent == 12 * 16
 
         try:
             run(main)
