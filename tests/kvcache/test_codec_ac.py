@@ -198,3 +198,19 @@ def test_random_layouts_round_trip(
     tables = codec.fit_tables(layout, kv[:, :, :1])
     decoded = codec.decode(codec.encode(kv, layout, tables), layout, tables)
     assert torch.all((decoded - kv).abs() <= step(kv, layout, level))
+
+
+FUZZ_TABLES = AC.fit_tables(LAYOUT, kv_like(LAYOUT, 32, seed=9))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(min_size=0, max_size=600))
+def test_arbitrary_bytes_decode_or_raise_payload_error(data: bytes) -> None:
+    header = b"\x01" + b"\x00\x3c" * (LAYOUT.num_layers * 2)  # every maximum 1.0
+    for payload, bound in ((data, float("inf")), (header + data, 1.0)):
+        try:
+            decoded = AC.decode([payload], LAYOUT, FUZZ_TABLES)
+        except PayloadError:
+            continue
+        assert decoded.shape == LAYOUT.shape(1)
+        assert bool(decoded.abs().le(bound).all())

@@ -205,3 +205,18 @@ def test_random_layouts_round_trip(
     codec = get_codec(name)
     decoded = codec.decode(codec.encode(kv, layout), layout)
     assert torch.all((decoded - kv).abs() <= error_bound(name, kv))
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(FIXED), data=st.data())
+def test_arbitrary_bytes_decode_or_raise_payload_error(name: str, data: st.DataObject) -> None:
+    codec = get_codec(name)
+    assert isinstance(codec, FixedWidthCodec)
+    size = codec.payload_size(TINY)
+    payload = data.draw(st.binary(min_size=size - 1, max_size=size))
+    try:
+        decoded = codec.decode([b"\x01" + payload[1:]], TINY)
+    except PayloadError:
+        return
+    assert decoded.shape == TINY.shape(1)
+    assert bool(torch.isfinite(decoded).all())

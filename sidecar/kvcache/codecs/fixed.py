@@ -125,6 +125,9 @@ class FixedWidthCodec(Codec):
             if bool((scales < 0).any()):
                 raise PayloadError(f"{self.name} payload carries a negative scale")
             values = values * scales.view(num_tokens, layout.num_layers, 2, 1)
-        if not all_finite(values):
-            raise PayloadError(f"{self.name} payload holds NaN/Inf or codes never emitted")
+        if not all_finite(values, dst.dtype):
+            raise PayloadError(
+                f"{self.name} payload holds NaN/Inf, codes never emitted or values beyond "
+                f"{dst.dtype}"
+            )
         return write_layer_major(values, layout, dst)
