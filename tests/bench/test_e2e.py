@@ -1,0 +1,60 @@
+"""`kvmoq bench e2e` at a tiny size: real relay, prefill process and SmolLM2, no link limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.test_demo import processes_with_marker
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+TOKENS = 256
+LOADS = {"int8", "ac", "adaptive"}
+
+
+def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
+    marker = f"KVMOQ_E2E_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    report_path = tmp_path / "e2e.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "sidecar.cli", "bench", "e2e"),
+            *("--tokens", str(TOKENS), "--limits", "none", "--repeat", "1"),
+            *("--json", str(report_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, key: value},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+
+    assert report["tokens"] == TOKENS
+    assert report["recompute_s"] > 0
+    for figure in ("load_s", "wire_bytes", "kl", "speedup", "loaded_tokens", "tracks_used"):
+        assert set(report[figure]) == LOADS, figure
+    assert all(report["loaded_tokens"][load] == TOKENS for load in LOADS)
+    assert all(0 < report["load_s"][load] < 60 for load in LOADS)
+    assert all(0 <= report["kl"][load] < 1 for load in LOADS)
+    assert report["tracks_used"]["int8"] == {"int8": TOKENS // 128}
+    assert report["wire_bytes"]["ac"] < report["wire_bytes"]["int8"]
+    assert report["kl"]["int8"] < 1e-3
+    best = report["best_track"]
+    assert best in LOADS
+    assert report["speedup_vs_recompute"] == pytest.approx(
+        report["recompute_s"] / report["load_s"][best]
+    )
+    assert report["goal"]["met"] == (report["speedup_vs_recompute"] >= 5)
+    assert report["links"] == {}
+    assert report["links_skipped"] == "--limits none"
+    assert "recompute" in result.stdout and "Goal:" in result.stdout
+    assert processes_with_marker(marker) == []
