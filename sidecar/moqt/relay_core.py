@@ -276,16 +276,19 @@ class Relay:
     def _on_namespace_published(self, peer: Peer, event: ev.NamespacePublished) -> None:
         message = event.message
         try:
-            new = self.namespaces.add_publisher(message.namespace, peer)
+            self._publish_namespace(peer, message.namespace)
         except RoutingLimitExceeded as exc:
             self._session(peer).reject(
                 message.request_id, PublishNamespaceErrorCode.INTERNAL_ERROR, str(exc)
             )
             return
         self._session(peer).publish_namespace_ok(message.request_id)
-        if new:
-            for follower in self.namespaces.interested_in(message.namespace):
-                self._announce(follower, message.namespace)
+
+    def _publish_namespace(self, peer: Peer, namespace: Namespace) -> None:
+        """Route ``namespace`` to ``peer``; followers hear of it if it is new."""
+        if self.namespaces.add_publisher(namespace, peer):
+            for follower in self.namespaces.interested_in(namespace):
+                self._announce(follower, namespace)
 
     def _on_namespace_done(self, peer: Peer, event: ev.NamespacePublishDone) -> None:
         if self.namespaces.remove_publisher(event.namespace, peer):
@@ -316,7 +319,7 @@ class Relay:
             return
         try:
             self._session(peer).publish_namespace(namespace)
-        except UsageError as exc:  # out of request ids: it learns of it on its next request
+        except UsageError as exc:  # the follower gave us no request ids left: it misses this one
             logger.info("relay: cannot announce %r to %s: %s", namespace, peer.name, exc)
             return
         peer.announced.add(namespace)
@@ -493,8 +496,10 @@ class Relay:
         track.group_order = _known_order(message.group_order)
         track.largest = message.largest
         peer.upstreams[message.request_id] = track
-        for follower in self.namespaces.interested_in(message.track.namespace):
-            self._announce(follower, message.track.namespace)
+        try:
+            self._publish_namespace(peer, message.track.namespace)  # PUBLISH implies it
+        except RoutingLimitExceeded as exc:  # the track itself is still relayed
+            logger.info("relay: %s: %s", message.track, exc)
 
     # ------------------------------------------------------------------------------------
     # TRACK_STATUS.

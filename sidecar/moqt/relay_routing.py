@@ -73,9 +73,6 @@ class NamespaceTable(Generic[P]):
     def published_by(self, peer: P) -> list[Namespace]:
         return [ns for ns, peers in self._publishers.items() if peer in peers]
 
-    def is_published(self, namespace: Namespace) -> bool:
-        return namespace in self._publishers
-
     # Namespace subscribers.
 
     def add_prefix(self, peer: P, prefix: Namespace) -> None:
