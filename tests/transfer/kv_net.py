@@ -19,7 +19,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from sidecar.kvcache.layout import KVLayout
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.moqt import api, transport
 from sidecar.moqt.tls import CertificatePaths, write_certificate
 from sidecar.transfer.publisher import KVPublisher
@@ -63,8 +63,8 @@ class Network:
         kv = KVPublisher()
         return kv, await self.session(kv)
 
-    async def subscriber(self) -> KVSubscriber:
-        return KVSubscriber(await self.session())
+    async def subscriber(self, chunk_size: int = DEFAULT_CHUNK_SIZE) -> KVSubscriber:
+        return KVSubscriber(await self.session(), chunk_size=chunk_size)
 
 
 @asynccontextmanager

@@ -37,8 +37,7 @@ def test_whole_prompt_loads_on_the_default_track(
             )
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             found = await subscriber.lookup(MODEL, token_ids)
             assert (found.prompt, found.tokens, found.ready_tokens) == (prompt.name, 70, 70)
             out = torch.zeros_like(kv)
@@ -76,8 +75,7 @@ def test_a_track_is_encoded_when_first_asked_for(
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
             assert prompt.kept_tracks == ("int8",)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
             result = await subscriber.load(MODEL, token_ids, out, 30, quality_order=("fp16",))
             assert result.stopped is StopReason.COMPLETE
@@ -105,8 +103,7 @@ def test_chunks_stream_while_prefill_runs(
             await session.publish_namespace(prompt.namespace)
             watcher = await net.session()
             live = await watcher.subscribe(FullTrackName(prompt.namespace, b"int8"))
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
             loading = asyncio.ensure_future(subscriber.load(MODEL, token_ids, out, 60))
             for index in range(4):
@@ -139,8 +136,7 @@ def test_a_longer_prompt_loads_the_shared_prefix(
             prompt = publisher.prompt(MODEL, LAYOUT, published, tracks=("int8",), chunk_size=CHUNK)
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             found = await subscriber.lookup(MODEL, query)
             assert (found.prompt, found.tokens) == (prompt.name, 3 * CHUNK)
             out = torch.zeros(LAYOUT.shape(len(query)))
@@ -169,8 +165,7 @@ def test_a_diverging_prompt_is_found_from_a_catalog_seen_before(
             prompt = publisher.prompt(MODEL, LAYOUT, first, tracks=("int8",), chunk_size=CHUNK)
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             assert (await subscriber.lookup(MODEL, second)).tokens == 0
             assert (await subscriber.lookup(MODEL, first)).tokens == len(first)
             found = await subscriber.lookup(MODEL, second)
@@ -222,8 +217,7 @@ def test_a_corrupted_object_rejects_its_chunk_only(
             )
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             out = torch.full(kv.shape, float("nan"))
             result = await subscriber.load(MODEL, token_ids, out, 30)
             assert result.stopped is StopReason.COMPLETE
@@ -253,8 +247,7 @@ def test_no_time_loads_nothing(
             prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             result = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 0)
             assert result.stopped is StopReason.DEADLINE and not result.loaded
 
@@ -277,8 +270,7 @@ def test_the_relay_serves_later_decoders_from_its_cache(
             await prompt.publish(kv)
             expected = roundtrip("int8", kv)
             for _ in range(3):
-                subscriber = await net.subscriber()
-                subscriber.chunk_size = CHUNK
+                subscriber = await net.subscriber(CHUNK)
                 out = torch.zeros_like(kv)
                 result = await subscriber.load(MODEL, token_ids, out, 30)
                 assert result.loaded_tokens == (range(0, 4 * CHUNK),)
@@ -307,8 +299,7 @@ def test_direct_from_publisher_to_subscriber(cert: CertificatePaths) -> None:  #
         )
         try:
             async with network(f"moqt://127.0.0.1:{port}", cert) as net:
-                subscriber = await net.subscriber()
-                subscriber.chunk_size = CHUNK
+                subscriber = await net.subscriber(CHUNK)
                 out = torch.zeros_like(kv)
                 result = await subscriber.load(MODEL, token_ids, out, 30)
                 assert result.loaded_tokens == (range(0, len(token_ids)),)
@@ -334,8 +325,7 @@ def test_concurrent_loads_of_one_prompt_share_its_catalog(
             prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             outs = [torch.zeros_like(kv), torch.zeros_like(kv)]
             first, second, found = await asyncio.gather(
                 subscriber.load(MODEL, token_ids, outs[0], 30),
@@ -369,8 +359,7 @@ def test_a_generous_deadline_takes_the_best_track(
             )
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
             result = await subscriber.load(MODEL, token_ids, out, 60)
             assert [c.track for c in result.loaded] == ["fp16"] * 3
@@ -393,8 +382,7 @@ def test_a_deadline_shorter_than_prefill_loads_a_verified_prefix(
             publisher, session = await net.publisher()
             prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
             await session.publish_namespace(prompt.namespace)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
 
             async def prefill() -> None:
@@ -442,8 +430,7 @@ def test_a_rejected_chunk_is_fetched_again_on_the_next_track(
             )
             await session.publish_namespace(prompt.namespace)
             await prompt.publish(kv)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
             result = await subscriber.load(MODEL, token_ids, out, 60)
             assert result.stopped is StopReason.COMPLETE

@@ -52,8 +52,7 @@ def test_a_revision_that_rewrites_a_digest_stops_the_load(
         async with network(relay.url, cert) as net:
             session = await net.session(publisher)
             await session.publish_namespace(namespace)
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             got_first = asyncio.Event()
             written: list[range] = []
 
@@ -89,8 +88,7 @@ def test_a_catalog_of_another_prompt_is_ignored(
         async with network(relay.url, cert) as net:
             session = await net.session(publisher)
             await session.publish_namespace(name.namespace())
-            subscriber = await net.subscriber()
-            subscriber.chunk_size = CHUNK
+            subscriber = await net.subscriber(CHUNK)
             found = await subscriber.lookup(MODEL, TOKENS)
             assert (found.prompt, found.tokens) == (None, 0)
             result = await subscriber.load(MODEL, TOKENS, torch.zeros(LAYOUT.shape(16)), 5)
