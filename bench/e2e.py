@@ -204,6 +204,8 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         functools.partial(recompute, model, prompt, continuation, repeat=job.repeat)
     )
     deadline = reference.seconds / 2
+    counting = job.namespace is not None
+    fp16_bytes = layout.fp16_bytes_per_token * job.tokens
 
     async def measure(
         subscriber: KVSubscriber,
@@ -211,10 +213,13 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         order: tuple[str, ...] | None,
         seconds: float,
         repeat: int = 1,
-    ) -> TrackRun:
-        """The fastest of `repeat` loads, judged against the recomputed reference."""
+    ) -> tuple[TrackRun, int | None]:
+        """The fastest of `repeat` loads, judged against the recomputed reference, and the
+        bytes that crossed the link meanwhile (None on the host's loopback, which carries
+        everyone's traffic)."""
         fastest = None
         for _ in range(repeat):
+            sent = netns.loopback_bytes() if counting else 0
             timed = await load(
                 subscriber,
                 MODEL_NAME,
@@ -224,13 +229,15 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 quality_order=order,
                 progress=lambda _: None,
             )
-            if fastest is None or timed[2] < fastest[2]:
-                fastest = timed
+            link_bytes = netns.loopback_bytes() - sent if counting else None
+            if fastest is None or timed[2] < fastest[0][2]:
+                fastest = timed, link_bytes
         assert fastest is not None
-        result, kv, load_s = fastest
-        return await asyncio.to_thread(
+        (result, kv, load_s), link_bytes = fastest
+        run = await asyncio.to_thread(
             judge, model, label, result, kv, load_s, prompt, continuation, reference
         )
+        return run, link_bytes
 
     async with _subscriber(url, ca) as subscriber:
         console.log(f"fetching every track once ({' '.join(CODEC_NAMES)}) into the relay's cache")
@@ -266,7 +273,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                     f"{measured / 1e6:.1f} Mbit/s; adaptive load, deadline {deadline:.2f} s"
                 )
                 async with _subscriber(url, ca) as subscriber:
-                    link_run = await measure(subscriber, "adaptive", None, deadline)
+                    link_run, link_bytes = await measure(subscriber, "adaptive", None, deadline)
             finally:
                 namespace.limit(None)
             links[label] = {
@@ -275,17 +282,20 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 "deadline_s": deadline,
                 "deadline_met": link_run.loaded_tokens == job.tokens
                 and link_run.load_s <= deadline,
-                **_figures(link_run, reference, layout.fp16_bytes_per_token * job.tokens),
+                **_figures(link_run, link_bytes, reference, fp16_bytes),
             }
-    return _report(job, reference, runs, links, layout.fp16_bytes_per_token * job.tokens)
+    return _report(job, reference, runs, links, fp16_bytes)
 
 
-def _figures(run: TrackRun, reference: Reference, fp16_bytes: int) -> dict[str, Any]:
+def _figures(
+    run: TrackRun, link_bytes: int | None, reference: Reference, fp16_bytes: int
+) -> dict[str, Any]:
     whole = not math.isnan(run.kl)
     return {
         "load_s": run.load_s,
         "speedup": reference.seconds / run.load_s,
         "wire_bytes": run.wire_bytes,
+        "link_bytes": link_bytes,
         "ratio_vs_fp16": fp16_bytes / run.wire_bytes if run.wire_bytes else None,
         "loaded_tokens": run.loaded_tokens,
         "kl": run.kl if whole else None,
@@ -299,13 +309,13 @@ def _figures(run: TrackRun, reference: Reference, fp16_bytes: int) -> dict[str, 
 def _report(
     job: Job,
     reference: Reference,
-    runs: list[TrackRun],
+    runs: list[tuple[TrackRun, int | None]],
     links: dict[str, dict[str, Any]],
     fp16_bytes: int,
 ) -> dict[str, Any]:
     from sidecar.demo.prefill import MODEL_NAME
 
-    figures = {run.label: _figures(run, reference, fp16_bytes) for run in runs}
+    figures = {run.label: _figures(run, link, reference, fp16_bytes) for run, link in runs}
     good = {
         label: row["speedup"]
         for label, row in figures.items()
@@ -335,6 +345,7 @@ _PER_TRACK = (
     "load_s",
     "speedup",
     "wire_bytes",
+    "link_bytes",
     "ratio_vs_fp16",
     "loaded_tokens",
     "kl",
@@ -355,7 +366,7 @@ def _show(console: Console, report: dict[str, Any]) -> None:
     for column in _COLUMNS:
         table.add_column(column, justify="right")
     recompute_s = report["recompute_s"]
-    table.add_row("recompute", "-", "-", "-", f"{recompute_s:.2f}", "1.0x", *["-"] * 5)
+    table.add_row("recompute", "-", "-", "-", "-", f"{recompute_s:.2f}", "1.0x", *["-"] * 5)
     for label in report["load_s"]:
         row = {key: report[key][label] for key in _PER_TRACK}
         deadline = f"{report['deadline_s']:.2f}" if label == "adaptive" else "-"
@@ -386,6 +397,7 @@ _COLUMNS = (
     "link",
     "payload MB",
     "vs fp16",
+    "link MB",
     "seconds",
     "speedup",
     "KL",
@@ -406,6 +418,7 @@ def _cells(row: dict[str, Any], deadline: str) -> list[str]:
     return [
         f"{row['wire_bytes'] / 1e6:.1f}",
         f"{row['ratio_vs_fp16']:.1f}x" if row["ratio_vs_fp16"] else "-",
+        "-" if row["link_bytes"] is None else f"{row['link_bytes'] / 1e6:.1f}",
         f"{row['load_s']:.2f}",
         f"{row['speedup']:.1f}x",
         *quality,

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType, TracebackType
 
 NAME_PREFIX = "kvmoq-bench-"
@@ -184,6 +185,12 @@ def _wait_or_kill(process: subprocess.Popen[bytes], grace: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def loopback_bytes() -> int:
+    """Bytes sent over `lo` so far in this process's namespace: every packet between two of
+    its processes, either way, counted once with its IP and UDP (or TCP) headers."""
+    return int(Path("/sys/class/net/lo/statistics/tx_bytes").read_text())
 
 
 def loopback_rate(seconds: float = 2.0, chunk: int = 1 << 16) -> float:
