@@ -27,6 +27,7 @@ from sidecar.moqt.events import (
     RequestRejected,
     SubscribeRequested,
     SubscriptionEnded,
+    TrackStatusRequested,
 )
 from sidecar.moqt.messages import FilterType, StandaloneFetch, SubscriptionFilter
 from sidecar.moqt.model import FullTrackName, Location
@@ -400,3 +401,23 @@ def test_a_small_cache_keeps_the_newest_whole_groups(cert: CertificatePaths) -> 
                 assert received(late, fetch_id) == newest
 
         run(main)
+
+
+def test_track_status_goes_to_the_publisher_of_an_unsubscribed_track(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            await announce(publisher)
+            client = await sessions.open()
+            request_id = client.moqt.track_status(TRACK)
+            client.send()
+            asked = await publisher.next(TrackStatusRequested)
+            assert asked.message.track == TRACK
+            publisher.moqt.track_status_ok(asked.message.request_id, largest=Location(5, 2))
+            publisher.send()
+            answer = await client.next(RequestAccepted, lambda e: e.request_id == request_id)
+            assert answer.message.largest == Location(5, 2)
+
+    run(main)
