@@ -345,7 +345,7 @@ class Relay:
             )
             return
         if track is not None and track.upstream is not None:
-            if track.upstream_ready:
+            if track.upstream_ready or track.done is not None:  # live, or ending: answer now
                 self._accept(peer, track, message)
             else:
                 track.waiting.append((peer, message))
