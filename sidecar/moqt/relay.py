@@ -20,6 +20,12 @@ or as a process (``cert.pem`` doubles as the CA file clients trust, see ``kvmoq 
 
 which prints ``listening on moqt://127.0.0.1:4443`` on stdout once it accepts sessions and,
 on SIGTERM, sends GOAWAY, gives sessions ``--grace`` seconds to leave, then closes.
+
+Datagram size: 16384-byte packets (``QuicSettings.loopback()``) only where every peer takes
+them: picoquic (under aiomoqt) drops them, and aioquic does not lower its packet size to a
+peer's max_udp_payload_size. qh3 clients always advertise 1472, so with qh3 the relay's
+traffic to each subscriber (server to client) goes in 1472-byte packets whatever is set;
+publisher to relay (client to server) is not capped.
 """
 
 from __future__ import annotations
