@@ -7,9 +7,7 @@ stays fast.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import math
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,12 +15,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from sidecar.demo.decode import PrefixRun, Reference, TrackRun
-
-DEFAULT_TOKENS = 2048
+DEFAULT_TOKENS = 1024
 DEFAULT_COMPRESSIONS = "fp16,int8,ac"
-EXTENSION_TOKENS = 200
-"""Tokens the second decode request adds after the published prompt."""
+SILENCE_S = 300.0
+"""Longest a model server may go without reporting a step (model load, a long prefill)."""
 LINK_GBPS = (0.1, 0.3, 1, 3, 10, 30, 100)
 
 
@@ -31,10 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="prefill on one node, decode on another: KV caches over a relay, end to end",
         description=(
-            "Start a relay and a prefill model server (SmolLM2-135M) that publishes the KV "
-            "cache of a long pydoc prompt; then, as the decode server, load that cache through "
-            "the relay in each compression, check generation against recomputing, and reuse "
-            "it as the prefix of a longer prompt. Prints a table and writes a plot."
+            "Start a relay, two sidecars and two model servers (SmolLM2-135M through the "
+            "kvmoq_client library), each beside its sidecar. The prefill server publishes the "
+            "KV cache of a long pydoc prompt; the decode server loads it through its sidecar "
+            "and the relay in each compression, checks generation against recomputing, and "
+            "reuses it as the prefix of a longer prompt. Prints a table and writes a plot."
         ),
         epilog="Example: kvmoq demo --tokens 1024 --compression fp16,int8,ac --out /tmp/demo",
     )
@@ -61,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--keep",
         action="store_true",
-        help="leave the relay and the prefill server running (until Ctrl-C) and say how to use them",
+        help="leave the relay, the sidecars and the prefill server running (until Ctrl-C) "
+        "and say how to use them",
     )
     parser.set_defaults(handler=run)
 
@@ -107,8 +105,9 @@ def _run(args: argparse.Namespace, tracks: list[str], console: Console) -> int:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from sidecar.demo.children import Children
-    from sidecar.demo.services import start_prefill, start_relay
-    from sidecar.moqt import transport
+    from sidecar.demo.nodes import start_model_server, start_sidecar
+    from sidecar.demo.services import start_relay
+    from sidecar.demo.steps import StepView, follow
     from sidecar.moqt.tls import write_certificate
 
     out = Path(args.out)
@@ -121,23 +120,54 @@ def _run(args: argparse.Namespace, tracks: list[str], console: Console) -> int:
         TimeElapsedColumn(),
         console=console,
     )
-    with Children() as children, tempfile.TemporaryDirectory() as tmp, progress:
+    view = StepView(
+        lambda description, total: progress.add_task(description, total=total),
+        lambda bar, completed: progress.update(bar, completed=completed),
+    )
+    # Children inside the scratch directory: they stop before their sockets are removed.
+    with tempfile.TemporaryDirectory() as tmp, Children() as children, progress:
+        scratch = Path(tmp)
         if args.relay:
             url, ca = args.relay, Path(args.ca)
         else:
-            cert_dir = out / "kvmoq-demo-cert" if args.keep else Path(tmp)
+            cert_dir = out / "kvmoq-demo-cert" if args.keep else scratch
             cert = write_certificate(cert_dir, overwrite=True)
             step = progress.add_task("starting the relay", total=1)
             url, ca = start_relay(children, cert), cert.cert
             progress.update(step, completed=1)
 
-        step = progress.add_task("prefill node: load SmolLM2, compute and publish the KV", total=1)
-        prefill, published = start_prefill(children, url, ca, args.tokens)
+        step = progress.add_task("starting two sidecars, each connected to the relay", total=2)
+        prefill_sidecar = start_sidecar(children, "prefill sidecar", url, ca, scratch)
         progress.update(step, completed=1)
+        decode_sidecar = start_sidecar(children, "decode sidecar", url, ca, scratch)
+        progress.update(step, completed=2)
 
-        report = transport.run(_decode(args.tokens, tracks, url, ca, progress))
+        common = ("--tokens", str(args.tokens), "--tracks", ",".join(tracks))
+        prefill = start_model_server(
+            children,
+            "prefill server",
+            "sidecar.demo.prefill_server",
+            "--sidecar",
+            prefill_sidecar.grpc,
+            *common,
+        )
+        published = follow(prefill, "published", view, SILENCE_S)
+        decode = start_model_server(
+            children,
+            "decode server",
+            "sidecar.demo.decode_server",
+            "--sidecar",
+            decode_sidecar.grpc,
+            *common,
+        )
+        report = follow(decode, "report", view, SILENCE_S)
+        del report["event"]
         report["prefill_node_s"] = published["prefill_s"]
         report["prompt_id"] = published["prompt"]
+        report["sidecars"] = {
+            "prefill": {"published_bytes": prefill_sidecar.counter("kvmoq_published_bytes")},
+            "decode": {"loaded_bytes": decode_sidecar.counter("kvmoq_loaded_bytes")},
+        }
         progress.stop()
         _show(console, report, out)
         if args.json:
@@ -145,114 +175,20 @@ def _run(args: argparse.Namespace, tracks: list[str], console: Console) -> int:
         if args.keep:
             console.print(
                 f"\nServices are running. Relay: {url} (trust {ca}).\n"
-                f"Prompt published: model SmolLM2-135M, id {published['prompt']}.\n"
-                "Load it from Python with sidecar.transfer.subscriber.KVSubscriber over "
-                "sidecar.moqt.api.connect(url, QuicSettings.loopback(ca_file=CA)).\n"
-                "Press Ctrl-C to stop them."
+                f"Prefill sidecar: {prefill_sidecar.grpc} (metrics http://"
+                f"{prefill_sidecar.http}/metrics); it publishes model SmolLM2-135M, prompt "
+                f"{published['prompt']} (the first {args.tokens} tokens of "
+                "sidecar.models.corpus.pydoc_token_ids).\n"
+                f"Decode sidecar: {decode_sidecar.grpc} (metrics http://"
+                f"{decode_sidecar.http}/metrics). Load the prompt from a model server:\n"
+                f"  with KVCacheClient({decode_sidecar.grpc!r}) as client, "
+                "TransformersKV(client, model, 'SmolLM2-135M', 4096) as kv:\n"
+                "      loaded = kv.load(token_ids)  # then model.generate(..., "
+                "cache=loaded.cache)\n"
+                "(kvmoq_client, kvmoq_client.transformers_cache). Press Ctrl-C to stop them."
             )
             prefill.process.wait()
     return 0
-
-
-async def _decode(
-    tokens: int, tracks: list[str], url: str, ca: Path, progress: Any
-) -> dict[str, Any]:
-    from sidecar.demo.decode import SCORED_TOKENS, judge, load, recompute, reuse_prefix
-    from sidecar.demo.prefill import MODEL_NAME
-    from sidecar.models.corpus import pydoc_token_ids
-    from sidecar.models.kv import kv_layout
-    from sidecar.models.smollm2 import load_model
-    from sidecar.moqt import api
-    from sidecar.moqt.quic_backend import QuicSettings
-    from sidecar.transfer.subscriber import KVSubscriber
-
-    step = progress.add_task("decode node: load SmolLM2 and recompute the prompt", total=1)
-    model = load_model()
-    layout = kv_layout(model)
-    ids = pydoc_token_ids(tokens + EXTENSION_TOKENS)
-    prompt, continuation = ids[:tokens], ids[tokens : tokens + SCORED_TOKENS]
-    reference = recompute(model, prompt, continuation)
-    progress.update(step, completed=1)
-
-    runs: list[TrackRun] = []
-    async with api.connect(url, QuicSettings.loopback(ca_file=ca)) as session:
-        subscriber = KVSubscriber(session)
-        plans = [(track, (track,), 60.0) for track in tracks]
-        plans.append(("adaptive", None, reference.seconds / 2))
-        for label, order, deadline in plans:
-            if order is not None:
-                # The publisher encodes a track on its first request; warm it so the timed
-                # load below is what every later decoder sees (served by the relay's cache).
-                warm = progress.add_task(f"publisher encodes {label}", total=tokens)
-                await load(
-                    subscriber,
-                    MODEL_NAME,
-                    prompt,
-                    layout,
-                    deadline=120.0,
-                    quality_order=order,
-                    progress=lambda n, t=warm: progress.update(t, completed=n),
-                )
-            task = progress.add_task(f"load {label} through the relay", total=tokens)
-            result, kv, seconds = await load(
-                subscriber,
-                MODEL_NAME,
-                prompt,
-                layout,
-                deadline=deadline,
-                quality_order=order,
-                progress=lambda n, t=task: progress.update(t, completed=n),
-            )
-            runs.append(
-                await asyncio.to_thread(
-                    judge, model, label, result, kv, seconds, prompt, continuation, reference
-                )
-            )
-        task = progress.add_task("longer prompt: reuse the published prefix", total=tokens)
-        prefix = await reuse_prefix(
-            subscriber,
-            model,
-            MODEL_NAME,
-            layout,
-            ids[: tokens + EXTENSION_TOKENS],
-            "int8" if "int8" in tracks else tracks[0],
-            lambda n: progress.update(task, completed=n),
-        )
-    return _report(tokens, reference, runs, prefix)
-
-
-def _report(
-    tokens: int, reference: Reference, runs: list[TrackRun], prefix: PrefixRun
-) -> dict[str, Any]:
-    fp16_bytes = reference.kv[:, :, :tokens].numel() * 2
-    return {
-        "tokens": tokens,
-        "recompute_s": reference.seconds,
-        "tracks": {
-            run.label: {
-                "load_s": run.load_s,
-                "wire_bytes": run.wire_bytes,
-                "ratio_vs_fp16": fp16_bytes / run.wire_bytes if run.wire_bytes else None,
-                "loaded_tokens": run.loaded_tokens,
-                "speedup_vs_recompute": reference.seconds / run.load_s,
-                "kl": None if math.isnan(run.kl) else run.kl,
-                "top1": None if math.isnan(run.top1) else run.top1,
-                "same_text": run.same_text(reference),
-                "tracks_used": run.tracks_used,
-                "stopped": run.stopped,
-            }
-            for run in runs
-        },
-        "prefix_reuse": {
-            "prompt_tokens": prefix.prompt_tokens,
-            "reused_tokens": prefix.reused_tokens,
-            "computed_tokens": prefix.prompt_tokens - prefix.reused_tokens,
-            "load_s": prefix.load_s,
-            "compute_s": prefix.compute_s,
-            "recompute_s": prefix.recompute_s,
-            "same_text": prefix.same_text,
-        },
-    }
 
 
 def _show(console: Console, report: dict[str, Any], out: Path) -> None:
@@ -260,7 +196,7 @@ def _show(console: Console, report: dict[str, Any], out: Path) -> None:
 
     table = Table(
         title=f"{report['tokens']}-token prompt: recompute {report['recompute_s']:.2f} s "
-        "on this machine vs load through the relay (loopback)"
+        "on this machine vs load through the decode sidecar and the relay (loopback)"
     )
     for column in ("track", "wire MB", "vs fp16", "load s", "speedup", "KL", "top-1", "same text"):
         table.add_column(column, justify="right")
@@ -270,11 +206,7 @@ def _show(console: Console, report: dict[str, Any], out: Path) -> None:
             if row["kl"] is not None
             else (f"loaded {row['loaded_tokens']}", "-")
         )
-        used = (
-            ""
-            if len(row["tracks_used"]) <= 1
-            else " (" + ", ".join(f"{k}×{v}" for k, v in sorted(row["tracks_used"].items())) + ")"
-        )
+        used = "" if len(row["tracks_used"]) <= 1 else f" ({'+'.join(sorted(row['tracks_used']))})"
         table.add_row(
             label + used,
             f"{row['wire_bytes'] / 1e6:.1f}",
@@ -291,6 +223,13 @@ def _show(console: Console, report: dict[str, Any], out: Path) -> None:
         f"from the relay in {reuse['load_s']:.2f} s, computed {reuse['computed_tokens']} in "
         f"{reuse['compute_s']:.2f} s, vs {reuse['recompute_s']:.2f} s to recompute all; "
         f"same text: {'yes' if reuse['same_text'] else 'no'}"
+    )
+    published = report["sidecars"]["prefill"]["published_bytes"]
+    loaded = report["sidecars"]["decode"]["loaded_bytes"]
+    console.print(
+        f"Sidecars: the prefill one encoded {sum(published.values()) / 1e6:.1f} MB "
+        f"({', '.join(sorted(published))}), the decode one loaded "
+        f"{sum(loaded.values()) / 1e6:.1f} MB ({', '.join(sorted(loaded))})."
     )
     plot = _plot(report, out)
     console.print(f"Plot of load time against link speed: {plot}")

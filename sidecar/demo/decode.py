@@ -166,13 +166,25 @@ def judge(
             dict(tracks),
             result.stopped.value,
         )
-    head = kv[:, :, : len(prompt) - 1]
-    logits = forward_with_kv(model, head, [prompt[-1], *continuation])
-    kl, top1 = _agreement(reference.logits, logits)
-    generated = greedy(model, head, [prompt[-1]], GENERATED_TOKENS)
+    kl, top1, generated = score(model, kv, prompt, continuation, reference)
     return TrackRun(
         label, seconds, wire, loaded, kl, top1, generated, dict(tracks), result.stopped.value
     )
+
+
+def score(
+    model: torch.nn.Module,
+    kv: torch.Tensor,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    reference: Reference,
+) -> tuple[float, float, list[int]]:
+    """KL, top-1 and greedy text after a whole loaded prompt `kv`, however it was loaded
+    (through a KVSubscriber here, through a sidecar in the demo's decode server)."""
+    head = kv[:, :, : len(prompt) - 1]
+    logits = forward_with_kv(model, head, [prompt[-1], *continuation])
+    kl, top1 = _agreement(reference.logits, logits)
+    return kl, top1, greedy(model, head, [prompt[-1]], GENERATED_TOKENS)
 
 
 async def reuse_prefix(
@@ -199,12 +211,14 @@ async def reuse_prefix(
             progress=progress,
         )
         reused = result.prefix_tokens
-    return await asyncio.to_thread(_finish_prefix, model, kv[:, :, :reused], longer, load_s)
+    return await asyncio.to_thread(finish_prefix, model, kv[:, :, :reused], longer, load_s)
 
 
-def _finish_prefix(
+def finish_prefix(
     model: torch.nn.Module, loaded: torch.Tensor, longer: Sequence[int], load_s: float
 ) -> PrefixRun:
+    """Compute what `loaded` (the KV of `longer`'s first tokens) lacks, generate, and
+    compare with recomputing all of `longer`."""
     reused = loaded.shape[2]
     started = time.perf_counter()
     rest = longer[reused:-1]

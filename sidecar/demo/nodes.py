@@ -1,0 +1,102 @@
+"""The demo's nodes as child processes: a sidecar, and a model server beside it.
+
+A node is what a pod would be: a `kvmoq sidecar` started as an operator starts it, and a
+model server (SmolLM2 through `kvmoq_client`) that reaches the network only through that
+sidecar's Unix socket. Each function returns once its process is up.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.demo.children import Child, ChildFailed, Children, python_module
+from sidecar.demo.services import HOST
+from sidecar.demo.steps import STARTED
+from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
+
+SIDECAR_TIMEOUT_S = 60.0
+MODEL_SERVER_TIMEOUT_S = 60.0
+"""Until the model server's first line, printed before it loads anything."""
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarNode:
+    """A running sidecar: where its model server calls it and where its metrics are."""
+
+    child: Child
+    grpc: str
+    http: str
+
+    def get(self, path: str) -> tuple[int, str]:
+        host, port = self.http.rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            connection.close()
+
+    def wait_ready(self, timeout: float = SIDECAR_TIMEOUT_S) -> None:
+        """Until /readyz says the relay session is up: a load before that finds nothing."""
+        end = time.monotonic() + timeout
+        while self.get("/readyz")[0] != 200:
+            if time.monotonic() > end or self.child.process.poll() is not None:
+                raise ChildFailed(
+                    f"{self.child.name} has no relay session:\n{self.child.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def counter(self, name: str) -> dict[str, float]:
+        """A per-track counter of /metrics (`kvmoq_loaded_bytes` ...), track -> value."""
+        values: dict[str, float] = {}
+        prefix = f'{name}_total{{track="'
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(prefix):
+                series, _, value = line.rpartition(" ")
+                values[series.removeprefix(prefix).removesuffix('"}')] = float(value)
+        return values
+
+
+def start_sidecar(children: Children, name: str, url: str, ca: Path, scratch: Path) -> SidecarNode:
+    """A sidecar connected to the relay at `url`, its API on a socket in `scratch`."""
+    child = children.start(
+        name,
+        python_module(
+            "sidecar.cli",
+            "sidecar",
+            "--relay",
+            url,
+            "--ca",
+            str(ca),
+            "--grpc",
+            f"unix://{scratch / name.replace(' ', '-')}.sock",
+            "--probe",
+            f"{HOST}:0",
+            "--http",
+            f"{HOST}:0",
+            "--max-datagram-size",
+            str(LOOPBACK_DATAGRAM_SIZE),
+        ),
+        ready_prefix='{"event": "serving"',
+        timeout=SIDECAR_TIMEOUT_S,
+    )
+    serving = json.loads(child.ready_line)
+    node = SidecarNode(child, serving["grpc"], serving["http"])
+    node.wait_ready()
+    return node
+
+
+def start_model_server(children: Children, name: str, module: str, *args: str) -> Child:
+    """A model server (`sidecar.demo.prefill_server` or `decode_server`); it reports its
+    steps on stdout (`sidecar.demo.steps`)."""
+    return children.start(
+        name,
+        python_module(module, *args),
+        ready_prefix=STARTED,
+        timeout=MODEL_SERVER_TIMEOUT_S,
+    )
