@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import safetensors
-import safetensors.torch
 import torch
 
 from sidecar.log import get_logger
@@ -85,7 +83,13 @@ def _content_digest(tensors: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+# safetensors comes with the `model` extra; it is imported where used so that `kvmoq`
+# (whose bench table imports this module) still starts on an install without that extra.
+
+
 def write_kv_file(path: Path, prompt: PromptKV) -> None:
+    import safetensors.torch
+
     tensors = {
         "token_ids": _ids_tensor(prompt.token_ids),
         "kv": prompt.kv.contiguous(),
@@ -106,6 +110,8 @@ def write_kv_file(path: Path, prompt: PromptKV) -> None:
 
 def read_kv_file(path: Path, token_ids: Sequence[int]) -> PromptKV:
     """Load and verify a cache file; raise CorruptCacheError unless it is exactly what was stored."""
+    import safetensors
+
     try:
         with safetensors.safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
