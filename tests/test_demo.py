@@ -1,4 +1,5 @@
-"""`kvmoq demo` as a newcomer runs it: real relay, real prefill process, real SmolLM2."""
+"""`kvmoq demo` as a newcomer runs it: a real relay, two real sidecars, and two SmolLM2
+model servers that reach the relay only through their sidecars."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from sidecar.demo.services import free_udp_port
+from sidecar.moqt.tls import write_certificate
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -61,6 +65,13 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
         assert tracks[name]["loaded_tokens"] == 256
         assert tracks[name]["load_s"] < report["recompute_s"], name
         assert tracks[name]["same_text"], name
+        assert tracks[name]["stopped"] == "STOP_REASON_COMPLETE", name
+    assert report["lookup"]["available_tokens"] == 256
+    # The loads went through the decode sidecar, the publication through the prefill one.
+    sidecars = report["sidecars"]
+    for name in ("fp16", "int8"):
+        assert sidecars["decode"]["loaded_bytes"][name] >= tracks[name]["wire_bytes"] > 0
+        assert sidecars["prefill"]["published_bytes"][name] > 0
     assert tracks["fp16"]["kl"] < 1e-5
     assert tracks["int8"]["wire_bytes"] < tracks["fp16"]["wire_bytes"]
     reuse = report["prefix_reuse"]
@@ -68,6 +79,36 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
     assert reuse["same_text"]
     assert (tmp_path / "kvmoq-demo.png").stat().st_size > 0
     assert "same text" in result.stdout
+    assert "the decode one loaded" in result.stdout
+    assert processes_with_marker(marker) == []
+
+
+def test_demo_says_which_step_failed_and_stops_what_it_started(tmp_path: Path) -> None:
+    marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    cert = write_certificate(tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "demo",
+            "--relay",
+            f"moqt://127.0.0.1:{free_udp_port()}",  # nobody listens there
+            "--ca",
+            str(cert.cert),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, key: value},
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "kvmoq demo failed" in result.stdout
+    assert "prefill sidecar has no relay session" in result.stdout
     assert processes_with_marker(marker) == []
 
 
