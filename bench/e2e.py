@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tracks",
         default=DEFAULT_TRACKS,
-        help=f"comma-separated tracks to time on loopback besides adaptive (default {DEFAULT_TRACKS})",
+        help="comma-separated tracks to time on loopback besides adaptive "
+        f"(default {DEFAULT_TRACKS})",
     )
     parser.add_argument(
         "--repeat",
@@ -134,12 +135,16 @@ def run(args: argparse.Namespace) -> int:
     if not job.limits:
         return _bench(dataclasses.replace(job, limits_skipped="--limits none"))
     reason = netns.unavailable_reason()
-    if reason is not None:
-        print(f"kvmoq bench e2e: link limits skipped ({reason}); loopback figures only")
-        return _bench(dataclasses.replace(job, limits=(), limits_skipped=reason))
-    with netns.Namespace() as namespace:
-        inside = dataclasses.replace(job, namespace=namespace.name)
-        return namespace.run([sys.executable, "-m", "bench.e2e", inside.to_json()])
+    with contextlib.ExitStack() as stack:
+        try:
+            namespace = None if reason else stack.enter_context(netns.Namespace())
+        except netns.NamespaceError as exc:  # e.g. a container without CAP_SYS_ADMIN
+            reason, namespace = str(exc), None
+        if namespace is not None:
+            inside = dataclasses.replace(job, namespace=namespace.name)
+            return namespace.run([sys.executable, "-m", "bench.e2e", inside.to_json()])
+    print(f"kvmoq bench e2e: link limits skipped ({reason}); loopback figures only")
+    return _bench(dataclasses.replace(job, limits=(), limits_skipped=reason))
 
 
 def _bench(job: Job) -> int:
@@ -161,7 +166,7 @@ def _bench(job: Job) -> int:
             url = start_relay(children, cert)
             _, published = start_prefill(children, url, cert.cert, job.tokens)
             report = transport.run(_decode(job, url, cert.cert, console))
-    except (ChildFailed, ConnectionError, OSError, TimeoutError) as failure:
+    except (ChildFailed, netns.NamespaceError, ConnectionError, OSError, TimeoutError) as failure:
         console.print(f"[red]kvmoq bench e2e failed:[/red] {type(failure).__name__}: {failure}")
         return 1
     except KeyboardInterrupt:

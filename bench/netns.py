@@ -24,10 +24,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 NAME_PREFIX = "kvmoq-bench-"
 QUEUE_S = 0.05
@@ -37,6 +38,9 @@ or tbf drops it; two of them so back-to-back packets pass at the rate."""
 BURST_S = 0.005
 COMMAND_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
+
+
+_SignalHandler = Callable[[int, FrameType | None], Any] | int
 
 
 class NamespaceError(RuntimeError):
@@ -102,7 +106,7 @@ class Namespace:
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or f"{NAME_PREFIX}{os.getpid()}"
-        self._previous_sigterm: signal.Handlers | None = None
+        self._previous_sigterm: _SignalHandler | None = None
 
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the namespace."""
@@ -134,15 +138,16 @@ class Namespace:
             raise
 
     def __enter__(self) -> Namespace:
-        if threading.current_thread() is threading.main_thread():
-            # SIGTERM's default kills without unwinding: the namespace would outlive us.
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # type: ignore[assignment]
         _command(["ip", "netns", "add", self.name])
         try:
             _command(self.exec_argv(["ip", "link", "set", "lo", "up"]))
         except BaseException:
             self._remove()
             raise
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM's default kills without unwinding: the namespace would outlive us.
+            previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            self._previous_sigterm = signal.SIG_DFL if previous is None else previous
         return self
 
     def __exit__(
