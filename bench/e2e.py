@@ -80,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "other load on the machine only slows them down (default 2)",
     )
     parser.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="deadline of the adaptive loads (default: half the measured recompute time)",
+    )
+    parser.add_argument(
         "--limits",
         default=DEFAULT_LIMITS,
         help=f"comma-separated link rates for the adaptive loads, as tc writes them "
@@ -95,6 +101,7 @@ class Job:
     tracks: tuple[str, ...]
     limits: tuple[str, ...]
     repeat: int
+    deadline: float | None
     json_path: str | None
     namespace: str | None = None
     limits_skipped: str | None = None
@@ -127,7 +134,9 @@ def _job(args: argparse.Namespace) -> Job:
         except ValueError as exc:
             raise SystemExit(f"kvmoq bench e2e: --limits: {exc}") from exc
     json_path = str(Path(args.json).resolve()) if args.json else None
-    return Job(args.tokens, tracks, limits, args.repeat, json_path)
+    if args.deadline is not None and not 0 < args.deadline <= TRACK_DEADLINE_S:
+        raise SystemExit(f"kvmoq bench e2e: --deadline must be in (0, {TRACK_DEADLINE_S:.0f}]")
+    return Job(args.tokens, tracks, limits, args.repeat, args.deadline, json_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -208,7 +217,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
     reference = await asyncio.to_thread(
         functools.partial(recompute, model, prompt, continuation, repeat=job.repeat)
     )
-    deadline = reference.seconds / 2
+    deadline = job.deadline or reference.seconds / 2
     counting = job.namespace is not None
     fp16_bytes = layout.fp16_bytes_per_token * job.tokens
 
@@ -289,7 +298,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 and link_run.load_s <= deadline,
                 **_figures(link_run, link_bytes, reference, fp16_bytes),
             }
-    return _report(job, reference, runs, links, fp16_bytes)
+    return _report(job, reference, deadline, runs, links, fp16_bytes)
 
 
 def _figures(
@@ -314,6 +323,7 @@ def _figures(
 def _report(
     job: Job,
     reference: Reference,
+    deadline: float,
     runs: list[tuple[TrackRun, int | None]],
     links: dict[str, dict[str, Any]],
     fp16_bytes: int,
@@ -332,7 +342,7 @@ def _report(
         "model": MODEL_NAME,
         "tokens": job.tokens,
         "recompute_s": reference.seconds,
-        "deadline_s": reference.seconds / 2,
+        "deadline_s": deadline,
         **{key: {label: row[key] for label, row in figures.items()} for key in _PER_TRACK},
         "speedup_vs_recompute": speedup,
         "best_track": best,
