@@ -1,4 +1,8 @@
-"""The demo's prefill node: computes a prompt's KV cache with SmolLM2 and publishes it.
+"""A bare prefill node: computes a prompt's KV cache with SmolLM2 and publishes it over MoQT
+itself (`KVPublisher`), with no sidecar in between.
+
+`kvmoq bench e2e` measures the transfer with it, free of the gRPC hop; `kvmoq demo` uses
+`sidecar.demo.prefill_server`, which publishes through a sidecar as a model server would.
 
     python -m sidecar.demo.prefill --url moqt://127.0.0.1:4443 --ca cert.pem --tokens 2048
 
