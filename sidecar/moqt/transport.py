@@ -428,6 +428,8 @@ class MoqtServer:
     def goaway(self, new_session_uri: str = "") -> None:
         """Ask every client to move (draft-14 §GOAWAY); they close when they are done."""
         for connection in self.connections:
+            if connection.closing:
+                continue  # writing to it raises on qh3, and it is leaving anyway
             connection.session.goaway(new_session_uri.encode())
             connection.transmit()
 
