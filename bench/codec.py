@@ -137,13 +137,19 @@ def one_thread() -> Iterator[None]:
 
 
 def fastest(passes: int, work: Callable[[], _T]) -> tuple[_T, float]:
-    """The result of `work` and its fastest time over `passes` runs, on one thread."""
+    """The result of `work` and its fastest time over `passes` runs, on one thread.
+
+    Time is the CPU time of this thread (`time.thread_time`): the codecs run single-threaded
+    here, so that is the time one core spends, and it does not count the time other
+    processes on a shared machine hold the core (wall time on a loaded 2-core box swung by
+    up to 2x between runs).
+    """
     best = float("inf")
     with one_thread():
         for _ in range(passes):
-            start = time.perf_counter()
+            start = time.thread_time()
             result = work()
-            best = min(best, time.perf_counter() - start)
+            best = min(best, time.thread_time() - start)
     return result, best
 
 
