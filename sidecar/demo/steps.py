@@ -59,7 +59,8 @@ def follow(child: Child, until: str, view: StepView, timeout: float) -> dict[str
     """Show `child`'s steps until it prints the event `until`; that event's fields.
 
     `timeout` bounds the silence between two lines, not the whole wait: a long prefill
-    that reports progress is fine, a hung one is not.
+    that reports progress is fine, a hung one is not. Call it once per child: it reads the
+    child's stdout to the end.
     """
     stdout = child.process.stdout
     assert stdout is not None
