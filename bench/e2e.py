@@ -51,7 +51,7 @@ DEFAULT_LIMITS = "100mbit,1gbit"
 WARM_DEADLINE_S = 300.0
 TRACK_DEADLINE_S = 300.0
 """Bounds a single-track load; the rule never falls back with one track to choose from."""
-LOG_WIDTH = 132
+LOG_WIDTH = 150
 """Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
 SPEEDUP_GOAL = 5.0
 KL_GOAL = 0.03
