@@ -121,9 +121,22 @@ class Publisher:
     def get(self, name: FullTrackName) -> PublishedTrack | None:
         return self._tracks.get(name)
 
+    async def remove(self, namespace: tuple[bytes, ...]) -> None:
+        """Withdraw every track of `namespace`, so a long-running process does not keep all it
+        ever published: live subscriptions get PUBLISH_DONE (TRACK_ENDED), later requests
+        find no track."""
+        for name in [name for name in self._tracks if name.namespace == namespace]:
+            await self._tracks.pop(name).end()
+
     @property
     def namespaces(self) -> set[tuple[bytes, ...]]:
         return {name.namespace for name in self._tracks}
+
+    def held_bytes(self, namespace: tuple[bytes, ...]) -> int:
+        """Object bytes the tracks of `namespace` keep cached."""
+        return sum(
+            track.cache.size for name, track in self._tracks.items() if name.namespace == namespace
+        )
 
 
 class PublishedTrack:
@@ -498,6 +511,11 @@ class Session:
         """Announce a namespace (to a relay), so subscribers are routed to this session."""
         request_id = self.connection.session.publish_namespace(namespace)
         await self._await_reply(request_id)
+
+    def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
+        """Withdraw an announced namespace: the relay stops routing requests for it here."""
+        self.connection.session.publish_namespace_done(namespace)
+        self.connection.transmit()
 
     async def _await_reply(self, request_id: int, registry: dict[int, Any] | None = None) -> Any:
         """The peer's *_OK message; RequestRefused on *_ERROR, SessionGone if it closes."""

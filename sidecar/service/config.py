@@ -127,6 +127,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("load_seconds", _positive(float), "5", "S", "load time budget without a deadline"),
     Option("max_request_tokens", _positive(int), str(1 << 17), "N", "most tokens in one request"),
     Option("max_buffer_sets", _positive(int), "64", "N", "most buffer sets registered at once"),
+    Option(
+        "max_published_bytes",
+        _positive(int),
+        str(4 << 30),
+        "BYTES",
+        "KV held for published prompts; the oldest are withdrawn beyond it",
+    ),
     Option("drain_seconds", _positive(float), "10", "S", "on SIGTERM, time loads get to finish"),
     Option("relay_timeout", _positive(float), "10", "S", "relay silent this long: session gone"),
     Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
@@ -147,6 +154,7 @@ class SidecarConfig:
     load_seconds: float
     max_request_tokens: int
     max_buffer_sets: int
+    max_published_bytes: int
     drain_seconds: float
     relay_timeout: float
     max_datagram_size: int

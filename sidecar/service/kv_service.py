@@ -64,6 +64,8 @@ class ServiceSettings:
     """A load's time budget when the request sets no deadline."""
     max_request_tokens: int = 1 << 17
     max_buffer_sets: int = 64
+    max_published_bytes: int = 4 << 30
+    """KV copies and encoded tracks kept for published prompts; the oldest go first."""
 
 
 class LoadStop(enum.Enum):
@@ -252,6 +254,7 @@ class KVService:
         await prompt.publish(kv)
         assert prompt.catalog is not None
         self._local_kv[prompt.namespace] = kv  # the publisher keeps views of it anyway
+        await self._evict_published(keep=prompt.namespace)
         self._local.add_catalog(prompt.catalog)
         for index in range(prompt.chunk_count):
             for track, size in prompt.catalog.chunk_bytes(index).items():
@@ -263,6 +266,33 @@ class KVService:
             tokens=len(prompt.token_ids),
             tracks=list(prompt.offered),
         )
+
+    async def _evict_published(self, keep: tuple[bytes, ...]) -> None:
+        """Withdraw the oldest published prompts until what they hold fits the budget.
+
+        Only fully published prompts are candidates (a prompt still being encoded is not in
+        `_local_kv` yet), and the one just published stays even alone over the budget: its
+        Publish succeeded. Relays keep serving withdrawn prompts from their own caches.
+        """
+        held = {ns: self._held_bytes(ns) for ns in self._local_kv}
+        total = sum(held.values())
+        for namespace in list(self._local_kv):
+            if total <= self.settings.max_published_bytes:
+                break
+            if namespace == keep:
+                continue
+            total -= held[namespace]
+            prompt = self._published.pop(namespace)
+            del self._local_kv[namespace]
+            self._local.remove(prompt.name)
+            await self.link.publisher.remove(namespace)
+            self.link.withdraw(namespace)
+            self.metrics.evicted_prompts.inc()
+            log.info("prompt_evicted", prompt=prompt.name.prompt_id, held_bytes=held[namespace])
+
+    def _held_bytes(self, namespace: tuple[bytes, ...]) -> int:
+        kv = self._local_kv[namespace]
+        return kv.numel() * kv.element_size() + self.link.publisher.held_bytes(namespace)
 
     # Lookup -----------------------------------------------------------------------------
 

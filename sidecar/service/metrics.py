@@ -59,6 +59,11 @@ class Metrics:
             "Fetched chunks rejected (digest, size or decoding) and never written",
             registry=registry,
         )
+        self.evicted_prompts = Counter(
+            "kvmoq_evicted_prompts",
+            "Published prompts withdrawn to keep what they hold under --max-published-bytes",
+            registry=registry,
+        )
         self.relay_reconnects = Counter(
             "kvmoq_relay_reconnects",
             "Relay sessions opened after the first one",

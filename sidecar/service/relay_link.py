@@ -11,6 +11,7 @@ instead of waiting on a relay that may not come back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from sidecar.kvcache.prefix_index import PrefixIndex
 from sidecar.log import get_logger
 from sidecar.moqt import api
 from sidecar.moqt.api import MoqtApiError
+from sidecar.moqt.errors import UsageError
 from sidecar.moqt.quic_backend import QuicSettings
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber
@@ -120,3 +122,14 @@ class RelayLink:
             await session.publish_namespace(namespace)
         except (ConnectionError, MoqtApiError) as exc:
             log.warning("announce_failed", error=str(exc))
+
+    def withdraw(self, namespace: tuple[bytes, ...]) -> None:
+        """Stop routing subscribers of `namespace` here (PUBLISH_NAMESPACE_DONE)."""
+        session = self.session
+        if session is None or namespace not in self._announced:
+            return
+        self._announced.discard(namespace)
+        if not session.connection.closing:
+            # The session may have dropped it already (the relay refused the announce).
+            with contextlib.suppress(UsageError):
+                session.publish_namespace_done(namespace)

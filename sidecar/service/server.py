@@ -86,6 +86,7 @@ async def run_sidecar(
             load_seconds=config.load_seconds,
             max_request_tokens=config.max_request_tokens,
             max_buffer_sets=config.max_buffer_sets,
+            max_published_bytes=config.max_published_bytes,
         ),
     )
 

@@ -88,6 +88,11 @@ class KVPublisher(Publisher):
         self._prompts[prompt.namespace] = prompt
         return prompt
 
+    async def remove(self, namespace: tuple[bytes, ...]) -> None:
+        """Forget a prompt and withdraw its tracks (catalog included)."""
+        self._prompts.pop(namespace, None)
+        await super().remove(namespace)
+
     def get(self, name: FullTrackName) -> PublishedTrack | None:
         """What every SUBSCRIBE, FETCH and TRACK_STATUS looks up: a track that is offered but
         not yet kept is encoded here, synchronously, before the request is answered."""
