@@ -37,6 +37,7 @@ from sidecar.service.metrics import Metrics
 from sidecar.service.probes import ProbeState, serve_probes
 from sidecar.service.relay_link import RelayLink
 from sidecar.service.servicer import SERVICE_NAME, KVCacheServicer
+from sidecar.tensors import cuda_available
 from sidecar.transfer.publisher import KVPublisher
 
 log = get_logger(__name__)
@@ -124,6 +125,7 @@ async def run_sidecar(
         "probe": format_address((config.probe[0], probe_port)),
         "http": format_address((config.http[0], http_port)),
     }
+    cuda_available()  # says once, at start, when this node runs the CPU path only
     log.info("sidecar_serving", relay=config.relay, **addresses)
     on_serving(addresses)
     try:
