@@ -23,6 +23,22 @@ MODEL_SERVER_TIMEOUT_S = 60.0
 """Until the model server's first line, printed before it loads anything."""
 
 
+def http_get(address: str, path: str) -> tuple[int, str]:
+    """GET `path` from a sidecar's HTTP endpoint (`HOST:PORT`): status and body.
+
+    A module function so the service tests poll /readyz and /metrics the same way the demo
+    does.
+    """
+    host, port = address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
 @dataclass(frozen=True, slots=True)
 class SidecarNode:
     """A running sidecar: where its model server calls it and where its metrics are."""
@@ -32,14 +48,7 @@ class SidecarNode:
     http: str
 
     def get(self, path: str) -> tuple[int, str]:
-        host, port = self.http.rsplit(":", 1)
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
-        try:
-            connection.request("GET", path)
-            response = connection.getresponse()
-            return response.status, response.read().decode()
-        finally:
-            connection.close()
+        return http_get(self.http, path)
 
     def wait_ready(self, timeout: float = SIDECAR_TIMEOUT_S) -> None:
         """Until /readyz says the relay session is up: a load before that finds nothing."""

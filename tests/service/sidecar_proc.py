@@ -8,7 +8,6 @@ the relay is `tests.moqt.test_relay_harness.running_relay`.
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
@@ -29,6 +28,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 
+from sidecar.demo.nodes import http_get
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import REPO
@@ -71,14 +71,7 @@ class SidecarProcess:
         return pb_grpc.KVCacheServiceStub(self.channel)
 
     def get(self, path: str) -> tuple[int, str]:
-        host, port = self.http.rsplit(":", 1)
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
-        try:
-            connection.request("GET", path)
-            response = connection.getresponse()
-            return response.status, response.read().decode()
-        finally:
-            connection.close()
+        return http_get(self.http, path)
 
     def wait_ready(self) -> None:
         wait_for(lambda: self.get("/readyz")[0] == 200, "/readyz 200")
