@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sidecar.address import Address, parse_address
+
 if TYPE_CHECKING:
     from sidecar.moqt.quic_backend import QuicSettings
 
@@ -29,12 +31,16 @@ to every session, up to --grace seconds for them to leave, then close.
 MiB = 1 << 20
 
 
-def _address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+def _address(text: str) -> Address:
+    """`parse_address` with argparse's error type (its message is shown as is); port 0 stays
+    refused for --listen, as it was before the parsing was shared."""
+    try:
+        host, port = parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if port == 0:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host, int(port)
+    return host, port
 
 
 def _positive(text: str) -> int:

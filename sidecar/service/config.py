@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar.address import Address, parse_address
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS
@@ -30,22 +31,6 @@ CONFIG_ENV = "KVMOQ_CONFIG"
 
 class ConfigError(ValueError):
     """A setting that is missing or does not parse; the message names where it came from."""
-
-
-Address = tuple[str, int]
-
-
-def parse_address(text: str) -> Address:
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
-def format_address(address: Address) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _unix_socket(text: str) -> Path:

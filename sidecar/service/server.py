@@ -28,9 +28,10 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 
+from sidecar.address import format_address
 from sidecar.log import get_logger
 from sidecar.moqt.quic_backend import QuicSettings
-from sidecar.service.config import SidecarConfig, format_address
+from sidecar.service.config import SidecarConfig
 from sidecar.service.kv_service import KVService, ServiceSettings
 from sidecar.service.messages import HandleOpener
 from sidecar.service.metrics import Metrics
