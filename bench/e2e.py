@@ -202,6 +202,7 @@ async def _subscriber(url: str, ca: Path) -> AsyncIterator[KVSubscriber]:
 
 
 async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, Any]:
+    """The decode node: the recompute baseline, then every load and its quality."""
     from sidecar.demo.decode import SCORED_TOKENS, judge, load, recompute
     from sidecar.demo.prefill import MODEL_NAME
     from sidecar.kvcache.codecs import CODEC_NAMES
