@@ -173,7 +173,7 @@ def _bench(job: Job) -> int:
             cert = write_certificate(Path(tmp))
             console.log("starting the relay and the prefill node (SmolLM2 prefills, publishes)")
             url = start_relay(children, cert)
-            _, published = start_prefill(children, url, cert.cert, job.tokens)
+            published = start_prefill(children, url, cert.cert, job.tokens)
             report = transport.run(_decode(job, url, cert.cert, console))
     except (ChildFailed, netns.NamespaceError, ConnectionError, OSError, TimeoutError) as failure:
         console.print(f"[red]kvmoq bench e2e failed:[/red] {type(failure).__name__}: {failure}")

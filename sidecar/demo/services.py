@@ -1,7 +1,8 @@
-"""The demo's two services as child processes: a relay, and a prefill node publishing a prompt.
+"""Two services as child processes: a relay, and a bare prefill node publishing a prompt.
 
-Shared by `kvmoq demo` and `kvmoq bench e2e`, so that the figures of both come from the same
-processes started the same way. Each function returns once its service is ready to serve.
+The relay is started the same way for `kvmoq demo` and `kvmoq bench e2e`. The bare prefill
+node (no sidecar, no gRPC) is the benchmark's publisher, so its figures are those of kvmoq's
+transfer path alone. Each function returns once its service is ready to serve.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from sidecar.demo.children import Child, Children, python_module
+from sidecar.demo.children import Children, python_module
 from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
 from sidecar.moqt.tls import CertificatePaths
 
@@ -49,11 +50,9 @@ def start_relay(children: Children, cert: CertificatePaths) -> str:
     return relay.ready_line.removeprefix("listening on ")
 
 
-def start_prefill(
-    children: Children, url: str, ca: Path, tokens: int
-) -> tuple[Child, dict[str, Any]]:
+def start_prefill(children: Children, url: str, ca: Path, tokens: int) -> dict[str, Any]:
     """A prefill node that has published the KV of the first `tokens` pydoc tokens through
-    the relay at `url`; the child and its ready event (prompt id, prefill seconds)."""
+    the relay at `url`; its ready event (prompt id, prefill seconds)."""
     prefill = children.start(
         "prefill server",
         python_module(
@@ -62,4 +61,4 @@ def start_prefill(
         ready_prefix='{"event": "ready"',
         timeout=PREFILL_TIMEOUT_S,
     )
-    return prefill, dict(json.loads(prefill.ready_line))
+    return dict(json.loads(prefill.ready_line))
