@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+from kvmoq_client import dynamic_cache
 
 from sidecar.kvcache.layout import KVLayout
 
@@ -20,16 +21,20 @@ if TYPE_CHECKING:
     # imported by commands (`kvmoq bench`) long before any model is needed.
     from transformers import DynamicCache, PreTrainedModel
 
-K, V = 0, 1
+K, V = dynamic_cache.K, dynamic_cache.V
+"""Indexes of keys and values along dim 1, the client library's."""
 
 
 def kv_layout(model: PreTrainedModel) -> KVLayout:
-    """The layout of the model's KV cache; its dtype is the model's (fp32 for the CPU model)."""
-    config = model.config.get_text_config(decoder=True)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    """The layout of the model's KV cache; its dtype is the model's (fp32 for the CPU model).
+
+    The dimensions come from the client library's `kv_dimensions`, so the sidecar and a model
+    server built on `kvmoq_client` cannot disagree on them.
+    """
+    num_layers, num_kv_heads, head_dim = dynamic_cache.kv_dimensions(model.config)
     return KVLayout(
-        num_layers=config.num_hidden_layers,
-        num_kv_heads=config.num_key_value_heads,
+        num_layers=num_layers,
+        num_kv_heads=num_kv_heads,
         head_dim=head_dim,
         dtype=str(model.dtype).removeprefix("torch."),
     )
@@ -40,25 +45,22 @@ def _batch_of_one(token_ids: Sequence[int]) -> torch.Tensor:
 
 
 def kv_from_cache(cache: DynamicCache) -> torch.Tensor:
-    """Stack a batch-of-one HF cache ([1, heads, tokens, dim] per layer) into the kvmoq layout."""
-    layers = [torch.stack((layer.keys[0], layer.values[0])) for layer in cache.layers]
-    return torch.stack(layers).transpose(2, 3).contiguous()
+    """Stack a batch-of-one HF cache ([1, heads, tokens, dim] per layer) into the kvmoq layout.
+
+    The client library's conversion (a transposed view), made contiguous as it always was here.
+    """
+    return dynamic_cache.kv_from_cache(cache).contiguous()
 
 
 def cache_from_kv(model: PreTrainedModel, kv: torch.Tensor) -> DynamicCache:
     """The model's cache object filled from a kvmoq KV tensor, ready for generation to continue.
 
     The tensor is cast to the model's dtype (a decoded KV may come as fp16 or bf16); one
-    that does not fit the model raises `TensorError`.
+    that does not fit the model raises `TensorError` (checked here, before the client
+    library's conversion, which would raise `ValueError`).
     """
-    from transformers import DynamicCache
-
-    layout = kv_layout(model)
-    layout.check(kv)
-    per_layer = kv.to(dtype=model.dtype, device=model.device).transpose(2, 3).unsqueeze(2)
-    return DynamicCache(
-        ddp_cache_data=[(layer[K], layer[V]) for layer in per_layer], config=model.config
-    )
+    kv_layout(model).check(kv)
+    return dynamic_cache.cache_from_kv(kv.to(dtype=model.dtype, device=model.device), model.config)
 
 
 @torch.inference_mode()

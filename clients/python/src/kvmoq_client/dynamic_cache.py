@@ -5,8 +5,8 @@ token-major inside a layer, so a prompt's first tokens are a contiguous slice of
 a sidecar reads. Keys are post-RoPE as the cache holds them: a loaded cache is used as is,
 with positions continuing after the loaded tokens.
 
-Kept in the client package (which never imports the sidecar); `sidecar/models/kv.py` holds
-the same conversion for the sidecar's own tools.
+Kept in the client package (which never imports the sidecar); `sidecar/models/kv.py`
+builds the sidecar's own tools on these functions.
 """
 
 from __future__ import annotations
