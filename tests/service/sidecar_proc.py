@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 import torch
+from kvmoq_client.buffers import DTYPES
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
@@ -35,12 +36,6 @@ from tests.moqt.test_relay_harness import REPO
 
 WAIT_S = 30.0
 """Bound on every wait for the sidecar (start, readiness, a log line); never asserted on."""
-
-_DTYPES = {
-    torch.float16: handle_pb.DTYPE_FLOAT16,
-    torch.bfloat16: handle_pb.DTYPE_BFLOAT16,
-    torch.float32: handle_pb.DTYPE_FLOAT32,
-}
 
 
 def wait_for(condition: Callable[[], Any], what: str) -> Any:
@@ -178,7 +173,7 @@ def shm_handle(path: Path, tensor: torch.Tensor) -> handle_pb.TensorHandle:
             path=str(path),
             offset=tensor.storage_offset() * tensor.element_size(),
             size=tensor.untyped_storage().nbytes(),
-            dtype=_DTYPES[tensor.dtype],
+            dtype=DTYPES[tensor.dtype],
             shape=tensor.shape,
             stride=tensor.stride(),
         )
@@ -190,7 +185,7 @@ def layout_message(layout: KVLayout) -> pb.KVLayout:
         num_layers=layout.num_layers,
         num_kv_heads=layout.num_kv_heads,
         head_dim=layout.head_dim,
-        dtype=_DTYPES[layout.torch_dtype],
+        dtype=DTYPES[layout.torch_dtype],
     )
 
 
