@@ -17,11 +17,10 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import torch
 
+from kvmoq_client._closing import ClosesOnExit
 from kvmoq_client.v1 import kv_cache_pb2, tensor_handle_pb2
 
 DEFAULT_SHM_DIR = Path("/dev/shm")
@@ -141,7 +140,7 @@ def cuda_ipc_handle(view: torch.Tensor) -> tensor_handle_pb2.TensorHandle:
 
 
 @dataclass
-class KVBuffers:
+class KVBuffers(ClosesOnExit):
     """One KEY_VALUE buffer per layer, `[2, *slots, kv_heads, head_dim]`, and their handles.
 
     `slots` is `(max_tokens,)` for a contiguous arrangement, `(num_blocks, block_size)` for
@@ -171,17 +170,6 @@ class KVBuffers:
         """Remove the shared-memory file's name (call after unregistering)."""
         if self._file is not None:
             self._file.unlink()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _buffer_shape(num_kv_heads: int, head_dim: int, arrangement: Arrangement) -> tuple[int, ...]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
-from typing import Self, TypeVar
+from typing import TypeVar
 
 import grpc
 
+from kvmoq_client._closing import ClosesOnExit
 from kvmoq_client.errors import SidecarError, from_rpc_error
 from kvmoq_client.requests import load_request, lookup_request, no_finish, publish_request
 from kvmoq_client.v1 import kv_cache_pb2, kv_cache_pb2_grpc
@@ -54,7 +54,7 @@ class Load:
         self._call.cancel()
 
 
-class KVCacheClient:
+class KVCacheClient(ClosesOnExit):
     """The sidecar's KVCacheService over one channel; safe to share between threads.
 
     `wait_for_ready` makes calls wait for a sidecar that is still starting instead of
@@ -72,17 +72,6 @@ class KVCacheClient:
         self._stub = kv_cache_pb2_grpc.KVCacheServiceStub(self._channel)
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._channel.close()

@@ -13,11 +13,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 import torch
 
+from kvmoq_client._closing import ClosesOnExit
 from kvmoq_client.buffers import DEFAULT_SHM_DIR, KVBuffers, allocate_cuda_kv, allocate_shared_kv
 from kvmoq_client.client import KVCacheClient
 from kvmoq_client.dynamic_cache import cache_from_kv, kv_dimensions, kv_from_cache
@@ -39,7 +39,7 @@ class LoadedCache:
     finished: kv_cache_pb2.LoadFinished
 
 
-class TransformersKV:
+class TransformersKV(ClosesOnExit):
     """One model's KV buffers registered with the sidecar; use as a context manager."""
 
     def __init__(
@@ -73,17 +73,6 @@ class TransformersKV:
             self._client.unregister_buffers(self.buffer_set_id)
         finally:
             self.buffers.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def publish(
         self,
