@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from rich.console import Console
@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--repeats", type=int, default=3, help="timed passes; the fastest counts (default 3)"
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE", help="also draw size against KL per compression (PNG)"
     )
 
 
@@ -254,22 +257,59 @@ def run(args: argparse.Namespace) -> int:
     )
     baseline_name = f"CacheGen baseline ({cachegen_baseline.CHUNK_TOKENS}-token chunks)"
     console.print(render([*rows, (baseline_name, baseline)], reference, title))
+    result = {
+        "setup": {
+            "model": "SmolLM2-135M",
+            "kv_dtype": CACHE_DTYPE,
+            "tokens": args.tokens,
+            "context": args.context,
+            "score": args.score,
+            "chunk": args.chunk,
+            "baseline_chunk": cachegen_baseline.CHUNK_TOKENS,
+            "fit_tokens": args.fit_tokens or args.chunk,
+            "threads": 1,
+            "reference_ppl": reference.ppl,
+        },
+        "codecs": {name: asdict(figures) for name, figures in rows},
+        "baseline_cachegen": asdict(baseline),
+    }
     if args.json:
-        result = {
-            "setup": {
-                "model": "SmolLM2-135M",
-                "kv_dtype": CACHE_DTYPE,
-                "tokens": args.tokens,
-                "context": args.context,
-                "score": args.score,
-                "chunk": args.chunk,
-                "baseline_chunk": cachegen_baseline.CHUNK_TOKENS,
-                "fit_tokens": args.fit_tokens or args.chunk,
-                "threads": 1,
-                "reference_ppl": reference.ppl,
-            },
-            "codecs": {name: asdict(figures) for name, figures in rows},
-            "baseline_cachegen": asdict(baseline),
-        }
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.plot:
+        write_plot(result, Path(args.plot))
     return 0
+
+
+def write_plot(result: dict[str, Any], path: Path) -> None:
+    """Bits per element against KL, one point per compression and the baseline: the trade-off
+    the table states, at a glance (both axes logarithmic)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = {**result["codecs"], "CacheGen baseline": result["baseline_cachegen"]}
+    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    for index, (name, figures) in enumerate(points.items()):
+        kl = max(figures["kl"], 1e-9)
+        axes.scatter(figures["bits_per_element"], kl, color="black" if "Cache" in name else None)
+        # Alternate labels above and below: fp4 and int4 land on the same point.
+        offset = (5, 4) if index % 2 == 0 else (5, -11)
+        axes.annotate(
+            name,
+            (figures["bits_per_element"], kl),
+            textcoords="offset points",
+            xytext=offset,
+            fontsize=8,
+        )
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("bits per element (tables included)")
+    axes.set_ylabel("KL(uncompressed || compressed)")
+    setup = result["setup"]
+    axes.set_title(
+        f"{setup['model']}, {setup['tokens']}-token prompt: size against quality", fontsize=10
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
