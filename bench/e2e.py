@@ -116,17 +116,15 @@ class Job:
 
 
 def _job(args: argparse.Namespace) -> Job:
-    from sidecar.kvcache.codecs import CODEC_NAMES
+    from sidecar.kvcache.codecs import parse_codec_names
+    from sidecar.kvcache.errors import UnknownCodecError
 
     if not 128 <= args.tokens <= 8192:
         raise SystemExit(f"kvmoq bench e2e: --tokens must be in 128..8192, got {args.tokens}")
-    tracks = tuple(t.strip() for t in args.tracks.split(",") if t.strip())
-    unknown = [t for t in tracks if t not in CODEC_NAMES]
-    if not tracks or unknown:
-        raise SystemExit(
-            f"kvmoq bench e2e: unknown track {', '.join(unknown) or '(none)'}; "
-            f"choose from {' '.join(CODEC_NAMES)}"
-        )
+    try:
+        tracks = parse_codec_names(args.tracks)
+    except UnknownCodecError as exc:
+        raise SystemExit(f"kvmoq bench e2e: {exc}") from None
     limits: tuple[str, ...] = ()
     if args.limits.strip().lower() != "none":
         try:

@@ -64,18 +64,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _check_args(args: argparse.Namespace) -> list[str]:
-    from sidecar.kvcache.codecs import CODEC_NAMES
+def _check_args(args: argparse.Namespace) -> tuple[str, ...]:
+    from sidecar.kvcache.codecs import parse_codec_names
+    from sidecar.kvcache.errors import UnknownCodecError
 
     if not 128 <= args.tokens <= 8192:
         raise SystemExit(f"kvmoq demo: --tokens must be in 128..8192, got {args.tokens}")
-    tracks = [t.strip() for t in args.compression.split(",") if t.strip()]
-    unknown = [t for t in tracks if t not in CODEC_NAMES]
-    if not tracks or unknown:
-        raise SystemExit(
-            f"kvmoq demo: unknown compression {', '.join(unknown) or '(none)'}; "
-            f"choose from {' '.join(CODEC_NAMES)}"
-        )
+    try:
+        tracks = parse_codec_names(args.compression)
+    except UnknownCodecError as exc:
+        raise SystemExit(f"kvmoq demo: {exc}") from None
     if bool(args.relay) != bool(args.ca):
         raise SystemExit("kvmoq demo: --relay and --ca go together (the relay's CA to trust)")
     return tracks
@@ -101,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def _run(args: argparse.Namespace, tracks: list[str], console: Console) -> int:
+def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) -> int:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from sidecar.demo.children import Children

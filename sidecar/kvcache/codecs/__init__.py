@@ -25,4 +25,20 @@ def get_codec(name: str) -> Codec:
         raise UnknownCodecError(f"unknown compression {name!r}; known: {CODEC_NAMES}") from None
 
 
-__all__ = ["CODEC_NAMES", "Codec", "get_codec"]
+def parse_codec_names(text: str) -> tuple[str, ...]:
+    """Track names from a comma-separated list, as command lines and config files give them.
+
+    `UnknownCodecError` names every unknown entry at once (or says the list is empty), so a
+    user fixes a flag in one go.
+    """
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in _CODECS]
+    if not names or unknown:
+        raise UnknownCodecError(
+            f"unknown compression {', '.join(unknown) or '(none)'}; "
+            f"choose from {' '.join(CODEC_NAMES)}"
+        )
+    return names
+
+
+__all__ = ["CODEC_NAMES", "Codec", "get_codec", "parse_codec_names"]
