@@ -1,12 +1,22 @@
 """`HOST:PORT` addresses as the commands take them, parsed in one place.
 
-A module of its own that imports nothing, because `kvmoq relay` parses its `--listen` at
+A module of its own that imports nothing heavy, because `kvmoq relay` parses its `--listen` at
 argument time and must not pay for `sidecar.service.config`, which imports torch.
 """
 
 from __future__ import annotations
 
+import socket
+
 Address = tuple[str, int]
+
+
+def free_udp_port(host: str = "127.0.0.1") -> int:
+    """A UDP port on `host` that was free a moment ago (the kernel's pick), for a server
+    started as another process, which must be told its port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def parse_address(text: str) -> Address:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from sidecar.address import free_udp_port
 from sidecar.moqt.quic_backend import BACKENDS, QuicSettings, load_backend
 from sidecar.moqt.tls import (
     CertificateError,
@@ -29,12 +29,6 @@ def run_cert(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def make_cert(tmp_path: Path, name: str) -> CertificatePaths:

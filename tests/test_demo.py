@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.demo.services import free_udp_port
+from sidecar.address import free_udp_port
 from sidecar.moqt.tls import write_certificate
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]

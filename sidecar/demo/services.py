@@ -8,10 +8,10 @@ transfer path alone. Each function returns once its service is ready to serve.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
+from sidecar.address import free_udp_port
 from sidecar.demo.children import Children, python_module
 from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
 from sidecar.moqt.tls import CertificatePaths
@@ -20,12 +20,6 @@ HOST = "127.0.0.1"
 RELAY_TIMEOUT_S = 60.0
 PREFILL_TIMEOUT_S = 300.0
 """Loading SmolLM2 and prefilling a long prompt on a busy CPU takes minutes, not seconds."""
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def start_relay(children: Children, cert: CertificatePaths) -> str:

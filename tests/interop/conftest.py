@@ -18,8 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from sidecar.address import free_udp_port
 from tests.interop.certs import Certs, make_certs
-from tests.interop.harness import Peer, StartPeer, free_udp_port, launch
+from tests.interop.harness import Peer, StartPeer, launch
 
 __all__ = ["StartPeer", "certs", "start_peer"]
 

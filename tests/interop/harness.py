@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -74,13 +73,6 @@ PROGRAMS: dict[tuple[str, str], Program] = {
     ("aiomoqt", "fetch"): Program(AIOMOQT_PYTHON, _peer_script("aiomoqt_fetch.py")),
 }
 """Every runnable peer. Another implementation (e.g. kvmoq's own relay) registers here."""
-
-
-def free_udp_port() -> int:
-    """A UDP port on 127.0.0.1 that was free a moment ago (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _flag_value(value: object) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
+from sidecar.address import free_udp_port
 from sidecar.moqt import api, transport
 from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode, UsageError
 from sidecar.moqt.model import FullTrackName, Location
@@ -37,12 +37,6 @@ def run(main: Callable[[], Awaitable[None]], timeout: float = 60) -> None:
         await asyncio.wait_for(main(), timeout)
 
     transport.run(bounded())
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def payload(group: int, obj: int, size: int = 100) -> bytes:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sidecar.address import free_udp_port
 from sidecar.moqt import transport
 from sidecar.moqt.events import (
     MoqtEvent,
@@ -32,7 +33,6 @@ from sidecar.moqt.model import FullTrackName
 from sidecar.moqt.quic_backend import QuicSettings
 from sidecar.moqt.session import MoqtSession
 from sidecar.moqt.tls import CertificatePaths
-from tests.moqt.test_transport import free_udp_port
 
 HOST = "127.0.0.1"
 WAIT_S = 30.0  # only bounds a hang: the machine may be busy

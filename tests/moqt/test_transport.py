@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.address import free_udp_port
 from sidecar.moqt import transport
 from sidecar.moqt.errors import SessionErrorCode
 from sidecar.moqt.events import MoqtEvent, SessionClosed
@@ -36,12 +36,6 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
 @pytest.fixture(params=BACKENDS)
 def settings(request: pytest.FixtureRequest, cert: CertificatePaths) -> QuicSettings:
     return QuicSettings.loopback(backend=request.param, ca_file=cert.cert)
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def run(main: Callable[[], Awaitable[None]], timeout: float = 30) -> None:

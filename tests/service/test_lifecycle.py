@@ -15,10 +15,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
+from sidecar.address import free_udp_port
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.tls import CertificatePaths, write_certificate
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
-from tests.moqt.test_transport import free_udp_port
 from tests.service.sidecar_proc import (
     PagedKV,
     SidecarProcess,

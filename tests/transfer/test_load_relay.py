@@ -6,6 +6,7 @@ import asyncio
 
 import torch
 
+from sidecar.address import free_udp_port
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt import api
@@ -15,7 +16,6 @@ from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import Availability, StopReason
 from tests.moqt.test_relay_harness import RelayProcess
-from tests.moqt.test_transport import free_udp_port
 from tests.transfer.kv_net import MODEL, cert, network, relay, run, synthetic_kv  # noqa: F401
 
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float32")
