@@ -41,8 +41,6 @@ from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, iter_chunks
 from sidecar.models.kv_store import pydoc_kv
 from sidecar.models.quality import Quality, evaluate, reference_quality
 
-DESCRIPTION = "KV codecs on SmolLM2 KV: bits, ppl/KL/top-1, 1-thread MB/s, against CacheGen"
-
 CACHE_DTYPE = "float16"
 
 _T = TypeVar("_T")

@@ -40,11 +40,6 @@ if TYPE_CHECKING:
     from sidecar.demo.decode import Reference, TrackRun
     from sidecar.transfer.subscriber import KVSubscriber
 
-DESCRIPTION = (
-    "SmolLM2 prompt KV: recompute vs load through the relay per track on loopback, "
-    "and adaptive loads under tbf link limits in a network namespace"
-)
-
 DEFAULT_TOKENS = 4096
 DEFAULT_TRACKS = "int8,ac"
 DEFAULT_LIMITS = "100mbit,1gbit"

@@ -46,8 +46,6 @@ from sidecar.moqt.quic_backend import (
 )
 from sidecar.moqt.tls import CertificatePaths, write_certificate
 
-DESCRIPTION = "MoQT over QUIC (aioquic, qh3; direct and via relay) against TLS/TCP and bare QUIC"
-
 CHUNK = 64 * 1024
 OBJECTS_PER_GROUP = 16
 DATAGRAM_SIZES = (INTERNET_DATAGRAM_SIZE, LOOPBACK_DATAGRAM_SIZE)

@@ -9,14 +9,30 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sidecar import __version__, log
 
 Handler = Callable[[argparse.Namespace], int]
 
+# Each module has `register(sub)`, which adds its parser and sets `handler`.
+# Heavy imports (torch, aioquic) stay inside the handlers so `--help` is fast.
+COMMANDS: dict[str, str] = {
+    "bench": "sidecar.commands.bench",
+    "cert": "sidecar.commands.cert",
+    "demo": "sidecar.commands.demo",
+    "relay": "sidecar.commands.relay",
+    "sidecar": "sidecar.commands.sidecar",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"kvmoq {__version__}")
+    parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
+
+
+def build_parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The `kvmoq` parser with the subcommands `commands` (default: all of them)."""
     parser = argparse.ArgumentParser(
         prog="kvmoq",
         description=(
@@ -24,31 +40,31 @@ def build_parser() -> argparse.ArgumentParser:
             "beside each inference server, benchmarks and a demo."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"kvmoq {__version__}")
-    parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
+    _add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in _subcommands():
-        register(sub)
+    for name in commands:
+        importlib.import_module(COMMANDS[name]).register(sub)
     return parser
 
 
-# Each module has `register(sub)`, which adds its parser and sets `handler`.
-# Heavy imports (torch, aioquic) stay inside the handlers so `--help` is fast.
-_SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "sidecar.commands.bench",
-    "sidecar.commands.cert",
-    "sidecar.commands.demo",
-    "sidecar.commands.relay",
-    "sidecar.commands.sidecar",
-)
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names, if it names a known one.
 
-
-def _subcommands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    return [importlib.import_module(name).register for name in _SUBCOMMAND_MODULES]
+    Registering a subcommand can import a lot (the sidecar's options validate track names
+    with the codecs, which import torch), so a command line that names its subcommand gets
+    a parser with that one only; `kvmoq --help` and usage errors get every subcommand.
+    """
+    first = argparse.ArgumentParser(prog="kvmoq", add_help=False)
+    _add_global_options(first)
+    first.add_argument("command", nargs="?")
+    known, _ = first.parse_known_args(argv)
+    return known.command if known.command in COMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = _named_command(argv)
+    parser = build_parser(COMMANDS if command is None else (command,))
     args = parser.parse_args(argv)
     log.configure(level=args.log_level)
     handler: Handler = args.handler

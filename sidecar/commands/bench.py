@@ -1,20 +1,76 @@
 """`kvmoq bench NAME`: the benchmarks in bench/, one module per benchmark.
 
-Each benchmark module exposes `DESCRIPTION: str`, `add_arguments(parser)` and
-`run(args) -> int`; it prints a table with a same-run baseline and writes the
-figures as JSON when `--json FILE` is given.
+Each benchmark module exposes `add_arguments(parser)` and `run(args) -> int`; it prints a
+table with a same-run baseline and writes the figures as JSON when `--json FILE` is given.
+
+The modules import torch, the QUIC stacks and the model code at the top, so a benchmark's
+module is imported, and its options added, only once the command line names it: `kvmoq
+--help` and every other subcommand stay free of them. That is why each one-line description
+lives here in the table rather than in its module.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-BENCHMARKS: dict[str, str] = {
-    "codec": "bench.codec",
-    "transport": "bench.transport",
-    "e2e": "bench.e2e",
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    module: str
+    description: str
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "codec": Benchmark(
+        "bench.codec",
+        "KV codecs on SmolLM2 KV: bits, ppl/KL/top-1, 1-thread MB/s, against CacheGen",
+    ),
+    "transport": Benchmark(
+        "bench.transport",
+        "MoQT over QUIC (aioquic, qh3; direct and via relay) against TLS/TCP and bare QUIC",
+    ),
+    "e2e": Benchmark(
+        "bench.e2e",
+        "SmolLM2 prompt KV: recompute vs load through the relay per track on loopback, "
+        "and adaptive loads under tbf link limits in a network namespace",
+    ),
 }
+
+
+class _LazyBenchmarks(argparse._SubParsersAction):
+    """The NAME sub-parsers, each an empty parser until argparse picks it.
+
+    argparse checks NAME against the registered parsers before it calls this action, so every
+    benchmark is registered up front (cheap: name and description); the chosen one gets its
+    module's options and handler here, just before its arguments are parsed.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, list) and values
+        name = values[0]
+        if name in BENCHMARKS:
+            _complete(self._name_parser_map[name], name)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _complete(parser: argparse.ArgumentParser, name: str) -> None:
+    """Give benchmark `name`'s parser its options and handler (once), importing its module."""
+    if parser.get_default("handler") is not None:
+        return
+    module = importlib.import_module(BENCHMARKS[name].module)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    module.add_arguments(parser)
+    parser.set_defaults(handler=module.run)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,12 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run a benchmark (figures side by side with a same-run baseline)",
         description="Run one of kvmoq's benchmarks; see docs/benchmarks.md for the latest figures.",
     )
-    names = parser.add_subparsers(dest="benchmark", metavar="NAME", required=True)
-    for name, module_name in BENCHMARKS.items():
-        module = importlib.import_module(module_name)
-        bench_parser = names.add_parser(
-            name, help=module.DESCRIPTION, description=module.DESCRIPTION
-        )
-        bench_parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-        module.add_arguments(bench_parser)
-        bench_parser.set_defaults(handler=module.run)
+    names = parser.add_subparsers(
+        dest="benchmark", metavar="NAME", required=True, action=_LazyBenchmarks
+    )
+    for name, benchmark in BENCHMARKS.items():
+        names.add_parser(name, help=benchmark.description, description=benchmark.description)
