@@ -6,7 +6,8 @@ a publisher's tracks meet its subscribers:
 * `Publisher` holds a process's tracks (each a `PublishedTrack` with a bounded `TrackCache`),
   shared by all its sessions. `await track.write(...)` caches an object and sends it to every
   live subscription, then waits until every subscriber's connection has room (backpressure).
-  SUBSCRIBE, FETCH and TRACK_STATUS from any peer are answered from these tracks.
+  SUBSCRIBE, FETCH and TRACK_STATUS from any peer are answered from these tracks: at once
+  for a track the publisher holds, else after `Publisher.resolve` has made it, in a task.
 * `Session` is one MoQT session as the application sees it: `subscribe`, `fetch` and
   `track_status` return once the peer answered; objects arrive through async iterators.
 
@@ -18,8 +19,9 @@ stream per group (a KV chunk), FIN when the next group starts or the group is de
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ from sidecar.moqt.errors import (
 )
 from sidecar.moqt.messages import (
     UNKNOWN_STREAM_COUNT,
+    Fetch,
     FilterType,
     JoiningFetch,
     StandaloneFetch,
@@ -44,6 +47,8 @@ from sidecar.moqt.messages import (
 )
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus, TrackCache, TrackObject
 from sidecar.moqt.quic_backend import MiB, QuicSettings
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TRACK_CACHE = 256 * MiB
 DEFAULT_RECEIVE_BUFFER = 256 * MiB
@@ -119,7 +124,17 @@ class Publisher:
         return track
 
     def get(self, name: FullTrackName) -> PublishedTrack | None:
+        """The track `name` if it is held now: a request for it is answered at once."""
         return self._tracks.get(name)
+
+    async def resolve(self, name: FullTrackName) -> PublishedTrack | None:
+        """A track `get` does not hold, made ready while the request for it waits.
+
+        Sessions call this only after `get` missed, from a task of their own, so a publisher
+        that must first produce a track (a KV track encoded on first request) does that work
+        without holding up the event loop. The default holds nothing beyond `get`.
+        """
+        return self.get(name)
 
     async def remove(self, namespace: tuple[bytes, ...]) -> None:
         """Withdraw every track of `namespace`, so a long-running process does not keep all it
@@ -461,7 +476,8 @@ class Session:
         self._subscriptions: dict[int, Subscription] = {}
         self._fetches: dict[int, FetchStream] = {}
         self._deliveries: dict[int, _Delivery] = {}
-        self._fetch_tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        """Work for a peer's request (a track being resolved, a fetch being sent), by id."""
 
     # Requests ---------------------------------------------------------------------------
 
@@ -596,30 +612,89 @@ class Session:
         self._fetches.clear()
         for delivery in list(self._deliveries.values()):
             delivery.drop()
-        for task in self._fetch_tasks.values():
+        for task in list(self._tasks.values()):
             task.cancel()
 
     # Serving our tracks -----------------------------------------------------------------
 
+    def _with_track(
+        self,
+        request_id: int,
+        name: FullTrackName,
+        answer: Callable[[PublishedTrack | None], None],
+        internal_error: int,
+    ) -> None:
+        """Answer a peer's request for one of our tracks: at once when the publisher holds it,
+        else once `Publisher.resolve` has made it, while this and other sessions go on being
+        served. UNSUBSCRIBE, FETCH_CANCEL or the session's end cancel the wait (the
+        publisher's work goes on: another request may be waiting for the same track)."""
+        track = self.publisher.get(name)
+        if track is not None:
+            answer(track)
+            self.connection.transmit()
+        else:
+            self._spawn(request_id, self._resolve_then(request_id, name, answer, internal_error))
+
+    async def _resolve_then(
+        self,
+        request_id: int,
+        name: FullTrackName,
+        answer: Callable[[PublishedTrack | None], None],
+        internal_error: int,
+    ) -> None:
+        try:
+            track = await self.publisher.resolve(name)
+        except Exception as exc:
+            logger.exception("resolving %s failed", name)
+            if not self.connection.closing:
+                self.connection.session.reject(request_id, internal_error, f"{name}: {exc}")
+                self.connection.transmit()
+            return
+        if not self.connection.closing:
+            answer(track)
+            self.connection.transmit()
+
+    def _spawn(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` for request `request_id`, cancelled if the request or session ends."""
+        task = asyncio.ensure_future(work)
+        self._tasks[request_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._tasks.get(request_id) is done:  # not the task that replaced it
+                del self._tasks[request_id]
+
+        task.add_done_callback(forget)
+
+    def _cancel_task(self, request_id: int) -> None:
+        task = self._tasks.pop(request_id, None)
+        if task is not None:
+            task.cancel()
+
     def _on_subscribe(self, event: ev.SubscribeRequested) -> None:
         message = event.message
+        self._with_track(
+            message.request_id,
+            message.track,
+            lambda track: self._answer_subscribe(message, track),
+            SubscribeErrorCode.INTERNAL_ERROR,
+        )
+
+    def _answer_subscribe(self, message: Subscribe, track: PublishedTrack | None) -> None:
         moqt = self.connection.session
-        track = self.publisher.get(message.track)
         if track is None:
             moqt.reject(
                 message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
             )
+            return
+        start, end_group = _subscription_window(message, track.largest)
+        moqt.subscribe_ok(message.request_id, largest=track.largest)
+        delivery = _Delivery(self, track, message.request_id, start, end_group)
+        self._deliveries[message.request_id] = delivery
+        past_range = end_group is not None and track.largest and end_group < track.largest.group
+        if track.ended or past_range:
+            delivery.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "nothing left to deliver")
         else:
-            start, end_group = _subscription_window(message, track.largest)
-            moqt.subscribe_ok(message.request_id, largest=track.largest)
-            delivery = _Delivery(self, track, message.request_id, start, end_group)
-            self._deliveries[message.request_id] = delivery
-            past_range = end_group is not None and track.largest and end_group < track.largest.group
-            if track.ended or past_range:
-                delivery.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "nothing left to deliver")
-            else:
-                track._attach(delivery)
-        self.connection.transmit()
+            track._attach(delivery)
 
     def _on_subscribe_updated(self, event: ev.SubscribeUpdated) -> None:
         delivery = self._deliveries.get(event.message.subscription_request_id)
@@ -628,6 +703,7 @@ class Session:
             delivery.end_group = event.message.end_group
 
     def _on_unsubscribed(self, event: ev.Unsubscribed) -> None:
+        self._cancel_task(event.request_id)
         delivery = self._deliveries.get(event.request_id)
         if delivery is not None:
             delivery.cancel()
@@ -635,36 +711,44 @@ class Session:
 
     def _on_track_status(self, event: ev.TrackStatusRequested) -> None:
         message = event.message
-        track = self.publisher.get(message.track)
+        self._with_track(
+            message.request_id,
+            message.track,
+            lambda track: self._answer_track_status(message.request_id, track),
+            SubscribeErrorCode.INTERNAL_ERROR,
+        )
+
+    def _answer_track_status(self, request_id: int, track: PublishedTrack | None) -> None:
         if track is None:
             self.connection.session.reject(
-                message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+                request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
             )
         else:
-            self.connection.session.track_status_ok(message.request_id, largest=track.largest)
-        self.connection.transmit()
+            self.connection.session.track_status_ok(request_id, largest=track.largest)
 
     def _on_fetch(self, event: ev.FetchRequested) -> None:
         message = event.message
+        self._with_track(
+            message.request_id,
+            event.track,
+            lambda track: self._answer_fetch(message, track),
+            FetchErrorCode.INTERNAL_ERROR,
+        )
+
+    def _answer_fetch(self, message: Fetch, track: PublishedTrack | None) -> None:
         moqt = self.connection.session
-        track = self.publisher.get(event.track)
         if track is None:
             moqt.reject(message.request_id, FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track")
-        else:
-            window = self._fetch_window(message.target, track)
-            objects = [] if window is None else list(track.cache.objects(*window))
-            if not objects:
-                moqt.reject(message.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
-            else:
-                group_id, last = objects[-1]
-                end = Location(group_id, last.object_id)
-                moqt.fetch_ok(
-                    message.request_id, end, end_of_track=track.ended and end == track.largest
-                )
-                task = asyncio.ensure_future(self._serve_fetch(message.request_id, objects))
-                self._fetch_tasks[message.request_id] = task
-                task.add_done_callback(lambda _: self._fetch_tasks.pop(message.request_id, None))
-        self.connection.transmit()
+            return
+        window = self._fetch_window(message.target, track)
+        objects = [] if window is None else list(track.cache.objects(*window))
+        if not objects:
+            moqt.reject(message.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
+            return
+        group_id, last = objects[-1]
+        end = Location(group_id, last.object_id)
+        moqt.fetch_ok(message.request_id, end, end_of_track=track.ended and end == track.largest)
+        self._spawn(message.request_id, self._serve_fetch(message.request_id, objects))
 
     def _fetch_window(
         self, target: StandaloneFetch | JoiningFetch, track: PublishedTrack
@@ -706,9 +790,7 @@ class Session:
             pass  # the session is gone; nothing left to tell
 
     def _on_fetch_cancelled(self, event: ev.FetchCancelled) -> None:
-        task = self._fetch_tasks.pop(event.request_id, None)
-        if task is not None:
-            task.cancel()
+        self._cancel_task(event.request_id)
 
     def _on_publish_offered(self, event: ev.PublishRequested) -> None:
         # This endpoint subscribes explicitly; tracks pushed at it are declined.

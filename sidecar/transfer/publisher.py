@@ -14,6 +14,9 @@ only the default track's payloads are kept (and written to MoQT) as chunks are p
 Another track's payloads are dropped once digested; the first SUBSCRIBE, FETCH or
 TRACK_STATUS naming it re-encodes the chunks produced so far (the codecs are deterministic,
 so the bytes match the catalog) and from then on it is kept and written like the default.
+That encoding runs in a worker thread while the request waits (`resolve`), about 0.2 s per
+1000 tokens: the sessions go on serving meanwhile, and requests that come for the same
+track during it wait for the same encoding.
 
 Chunks can be added while prefill still runs (`add_chunk`): each is written to the kept
 tracks at once, so live subscribers get it immediately, and then a catalog revision that
@@ -53,7 +56,8 @@ CATALOG_CACHE_BYTES = 64 << 20
 the largest catalogs (16 MiB)."""
 
 PayloadHook = Callable[[str, int, int, bytes], bytes]
-"""(track, group, object, payload) -> the payload actually published; for fault tests."""
+"""(track, group, object, payload) -> the payload actually published; for fault tests. Called
+in a worker thread for a track encoded on first request."""
 
 
 class PublishError(ValueError):
@@ -94,12 +98,20 @@ class KVPublisher(Publisher):
         await super().remove(namespace)
 
     def get(self, name: FullTrackName) -> PublishedTrack | None:
-        """What every SUBSCRIBE, FETCH and TRACK_STATUS looks up: a track that is offered but
-        not yet kept is encoded here, synchronously, before the request is answered."""
+        """What every SUBSCRIBE, FETCH and TRACK_STATUS looks up first (and is counted by): a
+        track held now. A track offered but not kept yet is None here; `resolve` encodes it."""
         prompt = self._prompts.get(name.namespace)
         if prompt is None:
             return super().get(name)
         return prompt._requested(name.name.decode(errors="replace"))
+
+    async def resolve(self, name: FullTrackName) -> PublishedTrack | None:
+        """An offered track not kept yet, encoded in a worker thread (once, however many
+        requests wait for it); None for a track the prompt does not offer."""
+        prompt = self._prompts.get(name.namespace)
+        if prompt is None:
+            return await super().resolve(name)
+        return await prompt._kept_track(name.name.decode(errors="replace"))
 
 
 class PublishedPrompt:
@@ -136,6 +148,8 @@ class PublishedPrompt:
         self._hook = payload_hook
         self._chunks: list[torch.Tensor] = []
         self._kept: dict[str, PublishedTrack] = {}
+        self._keeping: dict[str, asyncio.Task[PublishedTrack | None]] = {}
+        """Tracks being encoded for their first request: later requests await the same task."""
         self._revised_at = -math.inf
         self._adding = asyncio.Lock()
         # The largest track is fp16/bf16 (2 bytes a value, plus a version byte a token);
@@ -144,7 +158,7 @@ class PublishedPrompt:
         self._catalog_track = publisher.track(
             self.namespace, CATALOG_TRACK.encode(), cache_bytes=CATALOG_CACHE_BYTES
         )
-        self._keep(default_track)
+        self._kept[default_track] = self._track(default_track)
 
     @property
     def chunk_count(self) -> int:
@@ -191,8 +205,9 @@ class PublishedPrompt:
             self._chunks.append(kv)
             self.catalog = self.catalog.with_chunk(encoded)
             revision = self.catalog
-            # Snapshot: a track first asked for during the writes below is encoded, this
-            # chunk included, by `_requested`, and must not be written twice.
+            # Snapshot, taken with the append and no await between: a track being kept
+            # encodes every chunk appended before it joins `_kept` (see `_keep`), this one
+            # included, and must not be written twice.
             for name, track in list(self._kept.items()):
                 await self._write_chunk(track, name, index, encoded[name])
             now = asyncio.get_running_loop().time()
@@ -216,6 +231,13 @@ class PublishedPrompt:
         assert self.catalog is not None
         return get_codec(name).encode(kv, self.layout, self.catalog.track(name).tables)
 
+    def _encode_from(self, name: str, first: int) -> list[list[bytes]]:
+        """The published payloads of chunks `first`.. on track `name` (in a worker thread)."""
+        chunks = self._chunks[first:]
+        return [
+            self._hooked(name, first + i, self._encode(name, kv)) for i, kv in enumerate(chunks)
+        ]
+
     def _hooked(self, name: str, group: int, payloads: list[bytes]) -> list[bytes]:
         if self._hook is None:
             return payloads
@@ -228,18 +250,41 @@ class PublishedPrompt:
         for obj, payload in enumerate(sent):
             await track.write(index, obj, payload, end_of_group=obj == len(sent) - 1)
 
-    def _keep(self, name: str) -> PublishedTrack:
-        """Start holding a track: encode the chunks produced so far into its cache."""
-        track = self._publisher.track(
+    def _track(self, name: str) -> PublishedTrack:
+        return self._publisher.track(
             self.namespace, name.encode(), cache_bytes=self._track_cache_bytes
         )
-        for index, kv in enumerate(self._chunks):
-            for obj, payload in enumerate(self._hooked(name, index, self._encode(name, kv))):
+
+    async def _keep(self, name: str) -> PublishedTrack | None:
+        """Start holding a track: encode the chunks produced so far (in a worker thread) into
+        its cache. None if the prompt was withdrawn meanwhile."""
+        encoded: list[list[bytes]] = []
+        while len(encoded) < self.ready_chunks:  # chunks may be added while we encode
+            encoded += await asyncio.to_thread(self._encode_from, name, len(encoded))
+        # From here to `_kept` without an await: `add_chunk` writes every later chunk.
+        if self._publisher._prompts.get(self.namespace) is not self:
+            return None
+        track = self._track(name)
+        for index, payloads in enumerate(encoded):
+            for obj, payload in enumerate(payloads):
                 track.cache.add(index, TrackObject(obj, payload))
             track.cache.mark_complete(index)
         track.ended = self.catalog is not None and self.catalog.complete
         self._kept[name] = track
         return track
+
+    async def _kept_track(self, name: str) -> PublishedTrack | None:
+        if name not in self.offered:
+            return None
+        track = self._kept.get(name)
+        if track is not None:
+            return track
+        task = self._keeping.get(name)
+        if task is None:
+            task = self._keeping[name] = asyncio.ensure_future(self._keep(name))
+            task.add_done_callback(lambda _: self._keeping.pop(name, None))
+        # Shielded: one waiter cancelled (UNSUBSCRIBE, session closed) leaves the others.
+        return await asyncio.shield(task)
 
     def _requested(self, name: str) -> PublishedTrack | None:
         if name == CATALOG_TRACK:
@@ -248,4 +293,4 @@ class PublishedPrompt:
         if name not in self.offered:
             return None
         self.requests[name] += 1
-        return self._kept.get(name) or self._keep(name)
+        return self._kept.get(name)

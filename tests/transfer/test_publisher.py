@@ -1,18 +1,31 @@
-"""KVPublisher without a network: what its MoQT tracks hold, and what it refuses."""
+"""KVPublisher: what its MoQT tracks hold, what it refuses, and (over real QUIC on 127.0.0.1)
+how a request for a track not yet encoded waits for it without stalling the sessions."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
+from sidecar.address import free_udp_port
 from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import UnknownCodecError
 from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt import api
+from sidecar.moqt.messages import StandaloneFetch
 from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher, PublishError
-from tests.transfer.kv_net import MODEL, synthetic_kv
+from tests.moqt.test_relay_harness import settings_for
+from tests.transfer.kv_net import MODEL, cert, run, synthetic_kv  # noqa: F401
+
+HOST = "127.0.0.1"
+TIMEOUT = 30.0
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=1, head_dim=8, dtype="float32")
 CHUNK = 4
@@ -57,12 +70,15 @@ def test_a_track_is_encoded_on_first_request_only() -> None:
     asyncio.run(prompt.publish(kv))
     assert prompt.kept_tracks == ("int8",)
     ac = FullTrackName(prompt.namespace, b"ac")
+    assert publisher.get(ac) is None  # offered, not held: a request for it resolves it
+    assert asyncio.run(publisher.resolve(ac)) is publisher.get(ac)
     assert prompt.catalog is not None
     for index in range(3):
         prompt.catalog.verify_chunk("ac", index, payloads(publisher, ac, index))
     assert prompt.kept_tracks == ("ac", "int8")
-    assert prompt.requests["ac"] == 3
-    assert publisher.get(FullTrackName(prompt.namespace, b"fp16")) is None  # not offered
+    assert prompt.requests["ac"] == 5  # every `get`: what a session looks up first
+    fp16 = FullTrackName(prompt.namespace, b"fp16")  # not offered
+    assert publisher.get(fp16) is None and asyncio.run(publisher.resolve(fp16)) is None
 
 
 def test_refusals() -> None:
@@ -86,3 +102,137 @@ def test_refusals() -> None:
             await prompt.add_chunk(kv[:, :, :2])
 
     asyncio.run(main())
+
+
+class HeldEncoder:
+    """A payload hook that holds the worker thread encoding `track` until released, and counts
+    what it encodes: the loop's freedom meanwhile, and one encoding per object, show."""
+
+    def __init__(self, track: str) -> None:
+        self.track = track
+        self.release = threading.Event()
+        self.encoded: Counter[tuple[int, int]] = Counter()
+
+    def __call__(self, track: str, group: int, obj: int, payload: bytes) -> bytes:
+        if track == self.track:
+            self.encoded[(group, obj)] += 1
+            assert self.release.wait(TIMEOUT), "never released"
+        return payload
+
+
+@asynccontextmanager
+async def serving(
+    publisher: KVPublisher, paths: CertificatePaths
+) -> AsyncIterator[tuple[str, list[api.Session]]]:
+    """`publisher` served on 127.0.0.1 (real QUIC): the URL and the server's sessions."""
+    sessions: list[api.Session] = []
+    port = free_udp_port()
+    server = await api.serve(
+        HOST,
+        port,
+        settings_for(paths),
+        cert=paths.cert,
+        key=paths.key,
+        publisher=publisher,
+        on_session=sessions.append,
+    )
+    try:
+        yield f"moqt://localhost:{port}/kv", sessions
+    finally:
+        server.close()
+
+
+async def newest_catalog(session: api.Session, namespace: tuple[bytes, ...]) -> Catalog:
+    track = FullTrackName(namespace, b"catalog")
+    status = await session.track_status(track)
+    assert status.largest is not None
+    group = status.largest.group
+    fetched = [obj async for obj in await session.fetch(track, Location(group, 0), group)]
+    return Catalog.decode(fetched[0].payload)
+
+
+def test_a_first_request_waits_for_its_encoding_while_sessions_are_served(
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    kv = synthetic_kv(len(TOKENS), LAYOUT, seed=3)
+    held = HeldEncoder("ac")
+    publisher = KVPublisher()
+    prompt = publisher.prompt(
+        MODEL, LAYOUT, TOKENS, tracks=("int8", "ac"), chunk_size=CHUNK, payload_hook=held
+    )
+    ac = FullTrackName(prompt.namespace, b"ac")
+
+    async def main() -> None:
+        await prompt.publish(kv)
+        async with (
+            serving(publisher, cert) as (url, _),
+            api.connect(url, settings_for(cert)) as first,
+            api.connect(url, settings_for(cert)) as second,
+        ):
+            fetches = [
+                asyncio.ensure_future(session.fetch(ac, Location(0, 0), 2))
+                for session in (first, second)
+            ]
+            await asyncio.sleep(0)  # both FETCHes sent, each before its session's next request
+            # The worker encoding "ac" is held: both sessions still answer other requests.
+            catalogs = [
+                await newest_catalog(session, prompt.namespace) for session in (first, second)
+            ]
+            assert catalogs[0] == catalogs[1] == prompt.catalog
+            assert not any(fetch.done() for fetch in fetches)
+            held.release.set()
+            for fetch in fetches:
+                objects = [obj async for obj in await fetch]
+                for group in range(3):
+                    chunk = [obj.payload for obj in objects if obj.group_id == group]
+                    catalogs[0].verify_chunk("ac", group, chunk)
+
+    run(main)
+    assert held.encoded == Counter({(g, o): 1 for g, n in enumerate((4, 4, 2)) for o in range(n)})
+    assert prompt.kept_tracks == ("ac", "int8") and prompt.requests["ac"] == 2
+
+
+def test_requests_that_end_while_their_track_is_encoded_are_not_answered(
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    kv = synthetic_kv(len(TOKENS), LAYOUT, seed=4)
+    held = HeldEncoder("ac")
+    publisher = KVPublisher()
+    prompt = publisher.prompt(
+        MODEL, LAYOUT, TOKENS, tracks=("int8", "ac"), chunk_size=CHUNK, payload_hook=held
+    )
+    ac = FullTrackName(prompt.namespace, b"ac")
+
+    async def main() -> None:
+        await prompt.publish(kv)
+        async with serving(publisher, cert) as (url, served):
+            async with api.connect(url, settings_for(cert)) as leaving:
+                leaving.connection.session.subscribe(ac)
+                leaving.connection.transmit()
+                await newest_catalog(leaving, prompt.namespace)  # the SUBSCRIBE is waiting
+                assert len(served[0]._tasks) == 1
+            async with api.connect(url, settings_for(cert)) as session:
+                moqt = session.connection.session
+                subscribe = moqt.subscribe(ac)
+                fetch = moqt.fetch(StandaloneFetch(ac, Location(0, 0), 2))
+                session.connection.transmit()
+                await newest_catalog(session, prompt.namespace)
+                assert len(served[1]._tasks) == 2
+                moqt.unsubscribe(subscribe)
+                moqt.fetch_cancel(fetch)
+                session.connection.transmit()
+                await newest_catalog(session, prompt.namespace)
+                assert served[1]._tasks == {} and served[0]._tasks == {}
+                held.release.set()
+                while "ac" not in prompt.kept_tracks:  # the encoding goes on without waiters
+                    await asyncio.sleep(0.01)
+                kept = publisher.get(ac)
+                assert kept is not None and kept.subscribers == 0
+                objects = [obj async for obj in await session.fetch(ac, Location(0, 0), 2)]
+                assert prompt.catalog is not None
+                for group in range(3):
+                    chunk = [obj.payload for obj in objects if obj.group_id == group]
+                    prompt.catalog.verify_chunk("ac", group, chunk)
+
+    run(main)
+    assert set(held.encoded.values()) == {1}
