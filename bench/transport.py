@@ -24,7 +24,6 @@ import importlib.util
 import json
 import logging
 import os
-import socket
 import ssl
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sidecar.address import free_udp_port
 from sidecar.moqt import api, transport
 from sidecar.moqt.model import FullTrackName
 from sidecar.moqt.quic_backend import (
@@ -162,12 +162,6 @@ def _payload() -> bytes:
     return os.urandom(CHUNK)
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 Ready = Callable[[int], None]
 """A receiver calls it once it listens (with its port) or is subscribed (with 0)."""
 StartReceiver = Callable[[], Awaitable[tuple[int, Awaitable[Received]]]]
@@ -221,7 +215,7 @@ async def _quic_receiver(job: Job, ready: Ready) -> Received:
 
         return on_event
 
-    port = _free_udp_port()
+    port = free_udp_port(HOST)
     server = await transport.start_server(
         HOST, port, job.settings, attach, cert=job.cert.cert, key=job.cert.key
     )
@@ -271,7 +265,7 @@ async def _moqt_receiver(job: Job, ready: Ready) -> Received:
         async with api.connect(job.relay_url, job.settings) as session:
             tasks.append(asyncio.ensure_future(consume(session)))
             return await clock.done
-    port = _free_udp_port()
+    port = free_udp_port(HOST)
     server = await api.serve(
         HOST,
         port,
@@ -320,7 +314,7 @@ async def _relay_process(job: Job, ready: Ready) -> Received:
     """Run kvmoq's relay until the harness kills this process."""
     from sidecar.moqt import relay
 
-    port = _free_udp_port()
+    port = free_udp_port(HOST)
     await relay.start_relay(HOST, port, job.settings, cert=job.cert.cert, key=job.cert.key)
     ready(port)
     await asyncio.Event().wait()  # never set: the harness kills this process
