@@ -8,8 +8,9 @@ a publisher's tracks meet its subscribers:
   live subscription, then waits until every subscriber's connection has room (backpressure).
   SUBSCRIBE, FETCH and TRACK_STATUS from any peer are answered from these tracks: at once
   for a track the publisher holds, else after `Publisher.resolve` has made it, in a task.
-* `Session` is one MoQT session as the application sees it: `subscribe`, `fetch` and
-  `track_status` return once the peer answered; objects arrive through async iterators.
+* `Session` is one MoQT session as the application sees it: `subscribe`, `fetch`,
+  `track_status` and `subscribe_namespace` return once the peer answered; objects, and the
+  namespaces announced under a prefix, arrive through async iterators.
 
 Draft-14 semantics kept as the draft says: SUBSCRIBE delivers only objects written after it
 (from its start location on; use FETCH for what the publisher already holds); one subgroup
@@ -25,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from sidecar.moqt import events as ev
 from sidecar.moqt import transport
@@ -49,6 +50,7 @@ from sidecar.moqt.model import FullTrackName, Location, ObjectStatus, TrackCache
 from sidecar.moqt.quic_backend import MiB, QuicSettings
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_TRACK_CACHE = 256 * MiB
 DEFAULT_RECEIVE_BUFFER = 256 * MiB
@@ -90,6 +92,14 @@ class Object:
     @property
     def location(self) -> Location:
         return Location(self.group_id, self.object_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """A namespace the peer announced (PUBLISH_NAMESPACE) or withdrew (PUBLISH_NAMESPACE_DONE)."""
+
+    namespace: tuple[bytes, ...]
+    published: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,24 +344,19 @@ def _subscription_window(
 # Receiving ------------------------------------------------------------------------------
 
 
-class _ObjectQueue:
-    """Objects of one subscription or fetch, waiting for the application; bounded in bytes."""
+class _Queue(Generic[T]):
+    """What arrived for the application and waits to be read: an async iterator that stops
+    once ended, and raises the error it failed with (dropping what was unread)."""
 
-    def __init__(self, max_bytes: int) -> None:
-        self._objects: deque[Object] = deque()
-        self._bytes = 0
-        self._max_bytes = max_bytes
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()
         self._wakeup = asyncio.Event()
         self._error: BaseException | None = None
         self._ended = False
 
-    def put(self, obj: Object) -> bool:
-        """Queue an object; False (and the queue fails) when the bound is exceeded."""
-        self._bytes += len(obj.payload)
-        if self._bytes > self._max_bytes:
-            self.fail(ReceiveOverflow(f"more than {self._max_bytes} bytes unread"))
-            return False
-        self._objects.append(obj)
+    def put(self, item: T) -> bool:
+        """Queue an item; False if the queue refused it (and failed: see _ObjectQueue)."""
+        self._items.append(item)
         self._wakeup.set()
         return True
 
@@ -362,25 +367,45 @@ class _ObjectQueue:
     def fail(self, error: BaseException) -> None:
         if self._error is None and not self._ended:
             self._error = error
-            self._objects.clear()
+            self._items.clear()
         self._wakeup.set()
 
     @property
     def finished(self) -> bool:
         return self._ended or self._error is not None
 
-    def __aiter__(self) -> AsyncIterator[Object]:
+    def __aiter__(self) -> AsyncIterator[T]:
         return self
 
-    async def __anext__(self) -> Object:
-        while not self._objects:
+    async def __anext__(self) -> T:
+        while not self._items:
             if self._error is not None:
                 raise self._error
             if self._ended:
                 raise StopAsyncIteration
             self._wakeup.clear()
             await self._wakeup.wait()
-        obj = self._objects.popleft()
+        return self._items.popleft()
+
+
+class _ObjectQueue(_Queue[Object]):
+    """Objects of one subscription or fetch, waiting for the application; bounded in bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__()
+        self._bytes = 0
+        self._max_bytes = max_bytes
+
+    def put(self, item: Object) -> bool:
+        """Queue an object; False (and the queue fails) when the bound is exceeded."""
+        self._bytes += len(item.payload)
+        if self._bytes > self._max_bytes:
+            self.fail(ReceiveOverflow(f"more than {self._max_bytes} bytes unread"))
+            return False
+        return super().put(item)
+
+    async def __anext__(self) -> Object:
+        obj = await super().__anext__()
         self._bytes -= len(obj.payload)
         return obj
 
@@ -452,6 +477,32 @@ class FetchStream(_ObjectQueue):
             self.end()
 
 
+class NamespaceSubscription(_Queue[Announcement]):
+    """A SUBSCRIBE_NAMESPACE the peer accepted: iterate to read the announcements of the
+    namespaces under its prefix, those already published first; ends after `unsubscribe`.
+
+    Not bounded in bytes like the object queues: announcements are small, and the peer (a
+    relay) bounds how many namespaces it routes.
+    """
+
+    def __init__(self, session: Session, request_id: int, prefix: tuple[bytes, ...]) -> None:
+        super().__init__()
+        self.session = session
+        self.request_id = request_id
+        self.prefix = prefix
+
+    def covers(self, namespace: tuple[bytes, ...]) -> bool:
+        return namespace[: len(self.prefix)] == self.prefix
+
+    async def unsubscribe(self) -> None:
+        """UNSUBSCRIBE_NAMESPACE; announcements already queued can still be read."""
+        if not self.finished:
+            self.session._namespace_subscriptions.pop(self.request_id, None)
+            self.session.connection.session.unsubscribe_namespace(self.prefix)
+            self.session.connection.transmit()
+            self.end()
+
+
 def _object_of(event: ev.ObjectReceived) -> Object:
     return Object(event.group_id, event.object_id, event.payload, event.extensions, event.status)
 
@@ -475,6 +526,7 @@ class Session:
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._subscriptions: dict[int, Subscription] = {}
         self._fetches: dict[int, FetchStream] = {}
+        self._namespace_subscriptions: dict[int, NamespaceSubscription] = {}
         self._deliveries: dict[int, _Delivery] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         """Work for a peer's request (a track being resolved, a fetch being sent), by id."""
@@ -532,6 +584,16 @@ class Session:
         """Withdraw an announced namespace: the relay stops routing requests for it here."""
         self.connection.session.publish_namespace_done(namespace)
         self.connection.transmit()
+
+    async def subscribe_namespace(self, prefix: tuple[bytes, ...]) -> NamespaceSubscription:
+        """Hear of every namespace published under `prefix` (a relay's publishers), and of
+        its withdrawal, until `unsubscribe`. Announcements that come before the peer's OK
+        are kept, so none is missed."""
+        request_id = self.connection.session.subscribe_namespace(prefix)
+        subscription = NamespaceSubscription(self, request_id, prefix)
+        self._namespace_subscriptions[request_id] = subscription
+        await self._await_reply(request_id, self._namespace_subscriptions)
+        return subscription
 
     async def _await_reply(self, request_id: int, registry: dict[int, Any] | None = None) -> Any:
         """The peer's *_OK message; RequestRefused on *_ERROR, SessionGone if it closes."""
@@ -600,16 +662,23 @@ class Session:
             )
         self._subscriptions.pop(event.request_id, None)
         self._fetches.pop(event.request_id, None)
+        self._namespace_subscriptions.pop(event.request_id, None)
 
     def _on_closed(self, event: ev.SessionClosed) -> None:
         gone = SessionGone(f"session closed: {event.reason or 'no reason'} ({event.error_code:#x})")
         for future in self._replies.values():
             if not future.done():
                 future.set_exception(gone)
-        for queue in [*self._subscriptions.values(), *self._fetches.values()]:
+        queues: list[_Queue[Any]] = [
+            *self._subscriptions.values(),
+            *self._fetches.values(),
+            *self._namespace_subscriptions.values(),
+        ]
+        for queue in queues:
             queue.fail(gone)
         self._subscriptions.clear()
         self._fetches.clear()
+        self._namespace_subscriptions.clear()
         for delivery in list(self._deliveries.values()):
             delivery.drop()
         for task in list(self._tasks.values()):
@@ -802,6 +871,15 @@ class Session:
     def _on_namespace_published(self, event: ev.NamespacePublished) -> None:
         self.connection.session.publish_namespace_ok(event.message.request_id)
         self.connection.transmit()
+        self._announce(Announcement(event.message.namespace, published=True))
+
+    def _on_namespace_done(self, event: ev.NamespacePublishDone) -> None:
+        self._announce(Announcement(event.namespace, published=False))
+
+    def _announce(self, announcement: Announcement) -> None:
+        for subscription in self._namespace_subscriptions.values():
+            if subscription.covers(announcement.namespace):
+                subscription.put(announcement)
 
     def _on_namespace_subscribe(self, event: ev.NamespaceSubscribeRequested) -> None:
         # moq-rs subscribes to every namespace right after setup; accepting costs nothing.
@@ -824,6 +902,7 @@ class Session:
         ev.FetchCancelled: _on_fetch_cancelled,
         ev.PublishRequested: _on_publish_offered,
         ev.NamespacePublished: _on_namespace_published,
+        ev.NamespacePublishDone: _on_namespace_done,
         ev.NamespaceSubscribeRequested: _on_namespace_subscribe,
     }
 

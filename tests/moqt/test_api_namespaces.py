@@ -1,0 +1,86 @@
+"""Session.subscribe_namespace through the relay process: publishers' namespaces announced
+under a prefix as they come and go, over real QUIC on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from sidecar.moqt import api
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_api import run
+from tests.moqt.test_relay_harness import RelayProcess, running_relay, settings_for
+
+PREFIX = (b"kvcache.moq.arpa/v1", b"smollm2-135m")
+FIRST = (*PREFIX, b"0123abcd")
+SECOND = (*PREFIX, b"4567ef01")
+ELSEWHERE = (b"kvcache.moq.arpa/v1", b"other-model", b"0123abcd")
+WAIT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("cert"))
+
+
+@pytest.fixture
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process
+
+
+async def next_announcement(namespaces: api.NamespaceSubscription) -> api.Announcement:
+    return await asyncio.wait_for(anext(namespaces), WAIT_S)
+
+
+def test_a_subscriber_hears_of_namespaces_under_its_prefix_coming_and_going(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    settings = settings_for(cert)
+
+    async def main() -> None:
+        async with (
+            api.connect(relay.url, settings) as early,
+            api.connect(relay.url, settings) as follower,
+        ):
+            await early.publish_namespace(FIRST)
+            await early.publish_namespace(ELSEWHERE)
+            namespaces = await follower.subscribe_namespace(PREFIX)
+            # Published before the subscription: announced right after it.
+            assert await next_announcement(namespaces) == api.Announcement(FIRST, True)
+            async with api.connect(relay.url, settings) as late:
+                await late.publish_namespace(SECOND)
+                assert await next_announcement(namespaces) == api.Announcement(SECOND, True)
+                early.publish_namespace_done(FIRST)
+                assert await next_announcement(namespaces) == api.Announcement(FIRST, False)
+            # The late publisher's session closed: the relay withdraws what it published.
+            assert await next_announcement(namespaces) == api.Announcement(SECOND, False)
+            await namespaces.unsubscribe()
+            assert [a async for a in namespaces] == []  # ended; ELSEWHERE was never announced
+            await early.publish_namespace(SECOND)  # unheard of after the unsubscribe
+            again = await follower.subscribe_namespace(PREFIX)
+            assert await next_announcement(again) == api.Announcement(SECOND, True)
+
+    run(main)
+
+
+def test_a_refused_namespace_subscription_raises_and_leaves_the_others(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    async def main() -> None:
+        async with (
+            api.connect(relay.url, settings_for(cert)) as publisher,
+            api.connect(relay.url, settings_for(cert)) as follower,
+        ):
+            # The relay lets one peer follow 64 prefixes (relay_core.RelayLimits).
+            followed = [await follower.subscribe_namespace((*PREFIX, b"%d" % i)) for i in range(64)]
+            with pytest.raises(api.RequestRefused, match="64 prefixes"):
+                await follower.subscribe_namespace(PREFIX)
+            await followed[0].unsubscribe()
+            namespaces = await follower.subscribe_namespace(PREFIX)
+            await publisher.publish_namespace(FIRST)
+            assert await next_announcement(namespaces) == api.Announcement(FIRST, True)
+
+    run(main)
