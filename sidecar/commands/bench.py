@@ -38,6 +38,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "SmolLM2 prompt KV: recompute vs load through the relay per track on loopback, "
         "and adaptive loads under tbf link limits in a network namespace",
     ),
+    "parallel": Benchmark(
+        "bench.parallel_load",
+        "one large prompt's KV through the relay over 1 QUIC connection vs N "
+        "(sessions in one process, worker processes into shared memory)",
+    ),
 }
 
 

@@ -1,0 +1,272 @@
+"""Parallel loads: does spreading one prompt's groups over several QUIC connections pay?
+
+With aioquic, a load's packet work (decryption, QUIC bookkeeping, MoQT parsing) runs in
+Python on one thread, so a load over one session is bound by one core. This benchmark loads
+the same large prompt through a relay on loopback over one session (the baseline, a plain
+`KVSubscriber.load`), then with its chunks spread (`sidecar.transfer.parallel`) over N
+sessions in this process (N QUIC connections, one GIL) and over N worker processes that each
+own a session and write their share into a shared-memory destination (N interpreters), for
+each N of `--connections` and each track of `--tracks`.
+
+Setup: synthetic KV with SmolLM2-135M's layout (30 layers, 3 KV heads, head dim 64, fp16:
+23 040 bytes a token), published by this process through a `kvmoq relay` process (aioquic,
+16 KiB datagrams). Every track is loaded once before the timed loads, so the relay's cache
+serves them (the publisher is off the path), and every session and worker is connected
+before the clock starts, as a sidecar keeps them. A load's seconds run from the call (the
+prompt's lookup included) to its last chunk written into the destination, one buffer in
+shared memory for every row. Each round times every row once, in turn, so a busy machine
+slows all rows alike; the fastest of `--repeat` rounds is kept. Every load must bring every
+token, reject nothing and write the same bytes as the baseline, or the benchmark fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from sidecar.kvcache.layout import KVLayout
+    from sidecar.transfer.subscriber import LoadResult
+
+MODEL = "SmolLM2-135M"
+LAYERS, KV_HEADS, HEAD_DIM = 30, 3, 64
+"""SmolLM2-135M's KV layout, kept in fp16 as a server's cache holds it."""
+DEFAULT_TOKENS = 4096
+DEFAULT_TRACKS = "int8,fp16"
+DEFAULT_CONNECTIONS = "2,4"
+TOKEN_RANGE = range(128, 32768 + 1)
+LOAD_DEADLINE_S = 300.0
+"""Bounds one load; with one track to choose from, the deadline rule never falls back."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=DEFAULT_TOKENS,
+        help=f"prompt length in tokens, 128 per chunk (default {DEFAULT_TOKENS}; "
+        f"{TOKEN_RANGE.start}..{TOKEN_RANGE.stop - 1})",
+    )
+    parser.add_argument(
+        "--tracks",
+        default=DEFAULT_TRACKS,
+        help=f"comma-separated tracks to load (default {DEFAULT_TRACKS})",
+    )
+    parser.add_argument(
+        "--connections",
+        default=DEFAULT_CONNECTIONS,
+        help="comma-separated numbers of sessions / worker processes to compare with one "
+        f"session (default {DEFAULT_CONNECTIONS})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        choices=range(1, 11),
+        default=3,
+        metavar="N",
+        help="rounds of loads (1..10); each row keeps its fastest (default 3)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Way:
+    """One row of a track: how the load is spread."""
+
+    how: str
+    """"single" (the baseline), "sessions" (in this process) or "processes"."""
+    connections: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.how} x{self.connections}"
+
+
+BASELINE = Way("single", 1)
+
+
+class LoadMismatch(RuntimeError):
+    """A load that did not bring what the baseline brought: the figures would be worthless."""
+
+
+def _job(args: argparse.Namespace) -> tuple[int, tuple[str, ...], tuple[int, ...]]:
+    from sidecar.kvcache.codecs import parse_codec_names
+    from sidecar.kvcache.errors import UnknownCodecError
+
+    if args.tokens not in TOKEN_RANGE:
+        raise SystemExit(f"kvmoq bench parallel: --tokens must be in 128..32768, not {args.tokens}")
+    try:
+        tracks = parse_codec_names(args.tracks)
+        connections = tuple(sorted({int(n) for n in args.connections.split(",")}))
+    except (UnknownCodecError, ValueError) as exc:
+        raise SystemExit(f"kvmoq bench parallel: {exc}") from None
+    if not connections or not all(2 <= n <= 16 for n in connections):
+        raise SystemExit("kvmoq bench parallel: --connections must be numbers in 2..16")
+    return args.tokens, tracks, connections
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from sidecar.demo.children import ChildFailed, Children
+    from sidecar.demo.services import start_relay
+    from sidecar.moqt import transport
+    from sidecar.moqt.tls import write_certificate
+    from sidecar.transfer.parallel import WorkerFailed
+
+    tokens, tracks, connections = _job(args)
+    load_average = os.getloadavg()[0]
+    try:
+        with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-par-") as tmp:
+            cert = write_certificate(Path(tmp))
+            print(f"relay on loopback; {tokens}-token prompt, tracks {', '.join(tracks)}")
+            url = start_relay(children, cert)
+            report = transport.run(
+                _measure(url, cert.cert, tokens, tracks, connections, args.repeat)
+            )
+    except (ChildFailed, WorkerFailed, LoadMismatch, ConnectionError, TimeoutError) as failure:
+        print(f"kvmoq bench parallel failed: {type(failure).__name__}: {failure}")
+        return 1
+    report |= {"cpus": os.cpu_count(), "load_average_at_start": load_average}
+    _show(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def _synthetic_kv(layout: KVLayout, tokens: int) -> torch.Tensor:
+    """Seeded random KV with per-channel scales (the spread of real keys and values)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    shape = layout.shape(tokens)
+    scales = torch.rand((1, 1, 1, *shape[3:]), generator=generator) * 4 + 0.1
+    return (torch.randn(shape, generator=generator) * scales).to(layout.torch_dtype)
+
+
+async def _measure(
+    url: str,
+    ca: Path,
+    tokens: int,
+    tracks: tuple[str, ...],
+    connections: tuple[int, ...],
+    repeat: int,
+) -> dict[str, Any]:
+    from sidecar.kvcache.layout import KVLayout
+    from sidecar.moqt import api
+    from sidecar.moqt.quic_backend import QuicSettings
+    from sidecar.transfer.parallel import LoadWorkers, load_parallel, shared_destination
+    from sidecar.transfer.publisher import KVPublisher
+    from sidecar.transfer.subscriber import KVSubscriber
+
+    layout = KVLayout(LAYERS, KV_HEADS, HEAD_DIM, "float16")
+    settings = QuicSettings.loopback(ca_file=ca)
+    token_ids = list(range(1, tokens + 1))
+    async with AsyncExitStack() as stack:
+
+        async def subscriber() -> KVSubscriber:
+            return KVSubscriber(await stack.enter_async_context(api.connect(url, settings)))
+
+        publisher = KVPublisher()
+        session = await stack.enter_async_context(api.connect(url, settings, publisher=publisher))
+        prompt = publisher.prompt(MODEL, layout, token_ids, tracks=tracks, default_track=tracks[0])
+        await session.publish_namespace(prompt.namespace)
+        await prompt.publish(_synthetic_kv(layout, tokens))
+        handle, destination = stack.enter_context(shared_destination(layout, tokens))
+
+        single = await subscriber()
+        loads: dict[Way, Callable[[str], Awaitable[LoadResult]]] = {
+            BASELINE: lambda track: single.load(
+                MODEL, token_ids, destination, LOAD_DEADLINE_S, quality_order=(track,)
+            )
+        }
+        worker_start_s: dict[str, float] = {}
+        for n in connections:
+            subscribers = [await subscriber() for _ in range(n)]
+            loads[Way("sessions", n)] = lambda track, subscribers=subscribers: load_parallel(
+                subscribers, MODEL, token_ids, destination, LOAD_DEADLINE_S, quality_order=(track,)
+            )
+            started = time.perf_counter()
+            workers = await stack.enter_async_context(LoadWorkers(url, settings, n))
+            worker_start_s[str(n)] = time.perf_counter() - started
+            loads[Way("processes", n)] = lambda track, workers=workers: workers.load(
+                MODEL, token_ids, handle, LOAD_DEADLINE_S, quality_order=(track,)
+            )
+        figures = {}
+        for track in tracks:
+            print(f"{track}: one load to fill the relay's cache, then {repeat} round(s)")
+            destination.zero_()
+            _check(BASELINE, await loads[BASELINE](track), tokens)
+            expected = destination.clone()
+            fastest = {way: math.inf for way in loads}
+            nbytes = 0
+            for _ in range(repeat):
+                for way, load in loads.items():
+                    destination.zero_()
+                    started = time.perf_counter()
+                    result = await load(track)
+                    fastest[way] = min(fastest[way], time.perf_counter() - started)
+                    nbytes = _check(way, result, tokens)
+                    if not destination.equal(expected):
+                        raise LoadMismatch(f"{way.label} wrote other bytes than one session")
+            figures[track] = {
+                "payload_bytes": nbytes,
+                "loads": [
+                    _row(way, seconds, nbytes, fastest[BASELINE])
+                    for way, seconds in fastest.items()
+                ],
+            }
+    return {
+        "layout": f"{MODEL} ({LAYERS} layers, {KV_HEADS} KV heads, head dim {HEAD_DIM}, fp16)",
+        "tokens": tokens,
+        "repeat": repeat,
+        "worker_start_s": worker_start_s,
+        "tracks": figures,
+    }
+
+
+def _check(way: Way, result: LoadResult, tokens: int) -> int:
+    """The payload bytes of a load that brought every token; LoadMismatch otherwise."""
+    if result.loaded_tokens != (range(0, tokens),) or result.rejected:
+        raise LoadMismatch(
+            f"{way.label}: stopped {result.stopped.value}, loaded {result.loaded_tokens}, "
+            f"{len(result.rejected)} chunk(s) rejected"
+        )
+    return sum(chunk.nbytes for chunk in result.loaded)
+
+
+def _row(way: Way, seconds: float, nbytes: int, baseline_s: float) -> dict[str, Any]:
+    return {
+        "how": way.how,
+        "connections": way.connections,
+        "seconds": seconds,
+        "mbps": nbytes / seconds / 1e6,
+        "vs_single": baseline_s / seconds,
+    }
+
+
+def _show(report: dict[str, Any]) -> None:
+    print(
+        f"\n{report['layout']}, {report['tokens']} tokens, through a relay on "
+        f"loopback; fastest of {report['repeat']} round(s); {report['cpus']} CPUs, load "
+        f"average {report['load_average_at_start']:.1f} at the start"
+    )
+    print(f"{'track':6} {'way':10} {'conns':>5} {'seconds':>8} {'MB':>7} {'MB/s':>7} {'vs 1':>6}")
+    for track, figures in report["tracks"].items():
+        megabytes = figures["payload_bytes"] / 1e6
+        for row in figures["loads"]:
+            print(
+                f"{track:6} {row['how']:10} {row['connections']:>5} {row['seconds']:>8.3f}"
+                f" {megabytes:>7.1f} {row['mbps']:>7.1f} {row['vs_single']:>5.2f}x"
+            )
+    starts = ", ".join(f"{n}: {s:.1f} s" for n, s in report["worker_start_s"].items())
+    print(f"Worker processes started and connected (outside the clock) in {starts}.")
