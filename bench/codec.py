@@ -281,33 +281,28 @@ def run(args: argparse.Namespace) -> int:
 def write_plot(result: dict[str, Any], path: Path) -> None:
     """Bits per element against KL, one point per compression and the baseline: the trade-off
     the table states, at a glance (both axes logarithmic)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from sidecar.demo.plot import png
 
     points = {**result["codecs"], "CacheGen baseline": result["baseline_cachegen"]}
-    figure, axes = plt.subplots(figsize=(6.5, 4.2))
-    for index, (name, figures) in enumerate(points.items()):
-        kl = max(figures["kl"], 1e-9)
-        axes.scatter(figures["bits_per_element"], kl, color="black" if "Cache" in name else None)
-        # Alternate labels above and below: fp4 and int4 land on the same point.
-        offset = (5, 4) if index % 2 == 0 else (5, -11)
-        axes.annotate(
-            name,
-            (figures["bits_per_element"], kl),
-            textcoords="offset points",
-            xytext=offset,
-            fontsize=8,
+    with png(path, (6.5, 4.2), dpi=110) as axes:
+        for index, (name, figures) in enumerate(points.items()):
+            kl = max(figures["kl"], 1e-9)
+            color = "black" if "Cache" in name else None
+            axes.scatter(figures["bits_per_element"], kl, color=color)
+            # Alternate labels above and below: fp4 and int4 land on the same point.
+            offset = (5, 4) if index % 2 == 0 else (5, -11)
+            axes.annotate(
+                name,
+                (figures["bits_per_element"], kl),
+                textcoords="offset points",
+                xytext=offset,
+                fontsize=8,
+            )
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.set_xlabel("bits per element (tables included)")
+        axes.set_ylabel("KL(uncompressed || compressed)")
+        setup = result["setup"]
+        axes.set_title(
+            f"{setup['model']}, {setup['tokens']}-token prompt: size against quality", fontsize=10
         )
-    axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.set_xlabel("bits per element (tables included)")
-    axes.set_ylabel("KL(uncompressed || compressed)")
-    setup = result["setup"]
-    axes.set_title(
-        f"{setup['model']}, {setup['tokens']}-token prompt: size against quality", fontsize=10
-    )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)

@@ -86,6 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated link rates for the adaptive loads, as tc writes them "
         f"(default {DEFAULT_LIMITS}); 'none' skips them (they need root and iproute2)",
     )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw the time of every load against the recompute time, KL on each (PNG)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,7 @@ class Job:
     repeat: int
     deadline: float | None
     json_path: str | None
+    plot_path: str | None = None
     namespace: str | None = None
     limits_skipped: str | None = None
 
@@ -126,10 +132,10 @@ def _job(args: argparse.Namespace) -> Job:
             limits = tuple(netns.LinkLimit.parse(t).label for t in args.limits.split(","))
         except ValueError as exc:
             raise SystemExit(f"kvmoq bench e2e: --limits: {exc}") from exc
-    json_path = str(Path(args.json).resolve()) if args.json else None
+    json_path, plot_path = (str(Path(p).resolve()) if p else None for p in (args.json, args.plot))
     if args.deadline is not None and not 0 < args.deadline <= TRACK_DEADLINE_S:
         raise SystemExit(f"kvmoq bench e2e: --deadline must be in (0, {TRACK_DEADLINE_S:.0f}]")
-    return Job(args.tokens, tracks, limits, args.repeat, args.deadline, json_path)
+    return Job(args.tokens, tracks, limits, args.repeat, args.deadline, json_path, plot_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,7 +186,49 @@ def _bench(job: Job) -> int:
     _show(console, report)
     if job.json_path:
         Path(job.json_path).write_text(json.dumps(report, indent=2) + "\n")
+    if job.plot_path:
+        write_plot(report, Path(job.plot_path))
     return 0
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """Seconds to have the prompt's KV, per load (each track and adaptive on loopback,
+    adaptive under each link limit), with the recompute and the adaptive deadline as lines
+    and each load's KL above its bar. Time is logarithmic: recompute is 10-50x a load."""
+    from sidecar.demo.plot import bars, png
+
+    loads = [(f"{label}\nloopback", row) for label, row in _loopback_rows(report)] + [
+        (f"adaptive\n{label}", row) for label, row in report["links"].items()
+    ]
+    with png(path, (7, 4.2), dpi=110) as axes:
+        bars(
+            axes,
+            [label for label, _ in loads],
+            {"load through the relay": [row["load_s"] for _, row in loads]},
+            {"load through the relay": [_kl_note(row, report["tokens"]) for _, row in loads]},
+        )
+        for seconds, label, style in (
+            (report["recompute_s"], "recompute", "--"),
+            (report["deadline_s"], "adaptive deadline", ":"),
+        ):
+            axes.axhline(seconds, color="black", linestyle=style, label=f"{label}, {seconds:.2f} s")
+        axes.set_yscale("log")
+        axes.set_ylabel("seconds to have the KV cache")
+        axes.set_title(
+            f"{report['model']}, {report['tokens']}-token prompt: load vs recompute", fontsize=10
+        )
+        axes.legend(fontsize=8)
+
+
+def _kl_note(row: dict[str, Any], tokens: int) -> str:
+    if row["kl"] is None:
+        return f"loaded {row['loaded_tokens']}/{tokens}"
+    return f"KL {row['kl']:.1e}"
+
+
+def _loopback_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The loopback loads as rows (the report keeps them column by column)."""
+    return [(label, {key: report[key][label] for key in _PER_TRACK}) for label in report["load_s"]]
 
 
 @contextlib.asynccontextmanager
@@ -376,8 +424,7 @@ def _show(console: Console, report: dict[str, Any]) -> None:
         table.add_column(column, justify="right")
     recompute_s = report["recompute_s"]
     table.add_row("recompute", "-", "-", "-", "-", f"{recompute_s:.2f}", "1.0x", *["-"] * 5)
-    for label in report["load_s"]:
-        row = {key: report[key][label] for key in _PER_TRACK}
+    for label, row in _loopback_rows(report):
         deadline = f"{report['deadline_s']:.2f}" if label == "adaptive" else "-"
         table.add_row(label, "loopback", *_cells(row, deadline))
     for label, row in report["links"].items():

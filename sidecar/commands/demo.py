@@ -235,26 +235,20 @@ def _show(console: Console, report: dict[str, Any], out: Path) -> None:
 
 def _plot(report: dict[str, Any], out: Path) -> Path:
     """Load time per compression against link speed: max(wire time, measured loopback time)."""
-    import matplotlib
+    from sidecar.demo.plot import png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for label, row in report["tracks"].items():
-        if label == "adaptive":
-            continue
-        times = [max(row["load_s"], row["wire_bytes"] * 8 / (gbps * 1e9)) for gbps in LINK_GBPS]
-        axes.plot(LINK_GBPS, times, marker="o", label=label)
-    axes.axhline(report["recompute_s"], color="black", linestyle="--", label="recompute")
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("link speed (Gbit/s)")
-    axes.set_ylabel("time to have the KV cache (s)")
-    axes.set_title(f"{report['tokens']}-token prompt, SmolLM2-135M")
-    axes.legend()
-    figure.tight_layout()
     path = (out / "kvmoq-demo.png").resolve()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    with png(path, (7, 4.5), dpi=120) as axes:
+        for label, row in report["tracks"].items():
+            if label == "adaptive":
+                continue
+            times = [max(row["load_s"], row["wire_bytes"] * 8 / (gbps * 1e9)) for gbps in LINK_GBPS]
+            axes.plot(LINK_GBPS, times, marker="o", label=label)
+        axes.axhline(report["recompute_s"], color="black", linestyle="--", label="recompute")
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+        axes.set_xlabel("link speed (Gbit/s)")
+        axes.set_ylabel("time to have the KV cache (s)")
+        axes.set_title(f"{report['tokens']}-token prompt, SmolLM2-135M")
+        axes.legend()
     return path

@@ -1,4 +1,5 @@
-"""`kvmoq bench e2e` at a tiny size: real relay, prefill process and SmolLM2, no link limits."""
+"""`kvmoq bench e2e` at a tiny size: real relay, prefill process and SmolLM2, no link limits;
+its JSON and its plot."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.test_plots import assert_png
 from tests.test_demo import processes_with_marker
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
@@ -22,12 +24,12 @@ LOADS = {"int8", "ac", "adaptive"}
 def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
     marker = f"KVMOQ_E2E_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
-    report_path = tmp_path / "e2e.json"
+    report_path, plot_path = tmp_path / "e2e.json", tmp_path / "e2e.png"
     result = subprocess.run(
         [
             *(sys.executable, "-m", "sidecar.cli", "bench", "e2e"),
             *("--tokens", str(TOKENS), "--limits", "none", "--repeat", "1"),
-            *("--json", str(report_path)),
+            *("--json", str(report_path), "--plot", str(plot_path)),
         ],
         capture_output=True,
         text=True,
@@ -57,4 +59,5 @@ def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
     assert report["links"] == {}
     assert report["links_skipped"] == "--limits none"
     assert "recompute" in result.stdout and "Goal:" in result.stdout
+    assert_png(plot_path)
     assert processes_with_marker(marker) == []
