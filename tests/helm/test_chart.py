@@ -1,0 +1,562 @@
+"""The Helm chart (helm/kvmoq), rendered by a real helm and checked as parsed manifests.
+
+helm and kubernetes-validate (Kubernetes' JSON schemas, offline) come from
+scripts/setup.sh into .tools/; without them (no helm build for this CPU) the module skips.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sidecar.service.config import OPTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "kvmoq"
+HELM = ROOT / ".tools" / "bin" / "helm"
+VALIDATE = ROOT / ".tools" / "venv" / "bin" / "kubernetes-validate"
+# Native sidecars (restartPolicy: Always on an init container) are on by default from 1.29.
+KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
+
+pytestmark = pytest.mark.skipif(
+    not HELM.exists(), reason="no .tools/bin/helm (scripts/setup.sh installs it on x86_64)"
+)
+
+MODEL = {
+    "name": "vllm",
+    "image": "vllm/vllm-openai:v0.11.0",
+    "args": ["--model", "Qwen/Qwen3-0.6B"],
+    "ports": [{"name": "http", "containerPort": 8000}],
+    "env": [{"name": "HF_HOME", "value": "/models"}],
+    "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+    "resources": {"limits": {"nvidia.com/gpu": 1}},
+}
+INFERENCE = {
+    "inference": {
+        "enabled": True,
+        "container": MODEL,
+        "volumes": [{"name": "models", "emptyDir": {}}],
+    }
+}
+
+
+def merged(*trees: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts merged left to right, as helm merges several -f files."""
+    out: dict[str, Any] = {}
+    for tree in trees:
+        for key, value in tree.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = merged(out[key], value)
+            else:
+                out[key] = value
+    return out
+
+
+def helm(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HELM), *map(str, args)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def values_file(tmp_path: Path, values: dict[str, Any]) -> Path:
+    path = tmp_path / f"values-{len(list(tmp_path.glob('values-*')))}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def render_text(tmp_path: Path, values: dict[str, Any], chart: Path = CHART) -> str:
+    result = helm("template", "r", chart, "-f", values_file(tmp_path, values))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def render(tmp_path: Path, values: dict[str, Any], chart: Path = CHART) -> list[dict[str, Any]]:
+    docs = yaml.safe_load_all(render_text(tmp_path, values, chart))
+    return [doc for doc in docs if doc]
+
+
+def render_error(tmp_path: Path, values: dict[str, Any]) -> str:
+    result = helm("template", "r", CHART, "-f", values_file(tmp_path, values))
+    assert result.returncode != 0, f"rendered although it should fail:\n{result.stdout}"
+    return result.stderr
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, [(d["kind"], d["metadata"]["name"]) for d in docs]
+    return matches[0]
+
+
+def pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return find(docs, "Deployment", "r-inference")["spec"]["template"]
+
+
+def container(spec: dict[str, Any], name: str, key: str = "containers") -> dict[str, Any]:
+    (match,) = [c for c in spec.get(key, []) if c["name"] == name]
+    return match
+
+
+def env(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+def mounts(c: dict[str, Any]) -> dict[str, str]:
+    return {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+
+
+def validate(tmp_path: Path, text: str) -> None:
+    """Every rendered object against Kubernetes' own schemas, unknown fields rejected."""
+    path = tmp_path / "rendered.yaml"
+    path.write_text(text)
+    for version in KUBERNETES_VERSIONS:
+        result = subprocess.run(
+            [str(VALIDATE), "--strict", "--quiet", "-k", version, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        INFERENCE,
+        merged(INFERENCE, {"sidecar": {"native": False, "probes": "grpc"}}),
+        merged(
+            INFERENCE,
+            {
+                "relay": {"enabled": False},
+                "sidecar": {"relayURL": "moqt://relay.kv:4443"},
+                "inference": {"cudaIPC": {"enabled": True, "sidecarVisibleDevices": "all"}},
+            },
+        ),
+    ],
+    ids=["defaults", "inference", "plain-container-grpc-probes", "external-relay-cuda-ipc"],
+)
+def test_lint_passes(tmp_path: Path, values: dict[str, Any]) -> None:
+    result = helm("lint", "--strict", CHART, "-f", values_file(tmp_path, values))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_defaults_render_the_relay_alone(tmp_path: Path) -> None:
+    docs = render(tmp_path, {})
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("Deployment", "r-relay"),
+        ("Service", "r-relay"),
+    ]
+
+
+def test_inference_pod_gets_a_native_sidecar_beside_the_model_server(tmp_path: Path) -> None:
+    spec = pod(render(tmp_path, INFERENCE))["spec"]
+    sidecar = container(spec, "kvmoq-sidecar", "initContainers")
+    model = container(spec, "vllm")
+    assert [c["name"] for c in spec["containers"]] == ["vllm"]
+
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "kvmoq:0.1.0"
+    assert sidecar["command"] == ["kvmoq", "sidecar"]
+    assert env(sidecar) == {
+        "KVMOQ_RELAY": "moqt://r-relay:4443",
+        "KVMOQ_CA": "/etc/kvmoq/ca/ca.crt",
+        "KVMOQ_GRPC": "unix:///run/kvmoq/sidecar.sock",
+        # The gRPC port serves the whole API unauthenticated: loopback unless probes use it.
+        "KVMOQ_PROBE": "127.0.0.1:7070",
+        "KVMOQ_HTTP": "0.0.0.0:9464",
+        "KVMOQ_SHM_ROOTS": "/dev/shm",
+        "KVMOQ_LOG_FORMAT": "json",
+    }
+    assert {p["name"]: p["containerPort"] for p in sidecar["ports"]} == {
+        "kvmoq-grpc": 7070,
+        "kvmoq-metrics": 9464,
+    }
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert sidecar[probe]["httpGet"] == {"path": "/healthz", "port": 9464}, probe
+    assert mounts(sidecar) == {
+        "/run/kvmoq": "kvmoq-socket",
+        "/dev/shm": "kvmoq-shm",
+        "/etc/kvmoq/ca": "kvmoq-ca",
+    }
+
+    # The model server keeps its own spec and gets the socket, /dev/shm and its address.
+    assert model["image"] == MODEL["image"] and model["args"] == MODEL["args"]
+    assert model["resources"] == MODEL["resources"]
+    assert env(model) == {"KVMOQ_GRPC": "unix:///run/kvmoq/sidecar.sock", "HF_HOME": "/models"}
+    assert mounts(model) == {
+        "/models": "models",
+        "/run/kvmoq": "kvmoq-socket",
+        "/dev/shm": "kvmoq-shm",
+    }
+    assert "kvmoq-ca" not in mounts(model).values()
+
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["kvmoq-socket"] == {"name": "kvmoq-socket", "emptyDir": {}}
+    assert volumes["kvmoq-shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    # Only the CA key of the relay's TLS Secret is mounted, never its private key.
+    assert volumes["kvmoq-ca"]["secret"] == {
+        "secretName": "kvmoq-relay-tls",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    assert "models" in volumes
+    assert "shareProcessNamespace" not in spec
+
+
+def test_grpc_probes_and_readiness_on_the_relay_session(tmp_path: Path) -> None:
+    values = merged(INFERENCE, {"sidecar": {"probes": "grpc", "readinessRequiresRelay": True}})
+    sidecar = container(pod(render(tmp_path, values))["spec"], "kvmoq-sidecar", "initContainers")
+    assert env(sidecar)["KVMOQ_PROBE"] == "0.0.0.0:7070"
+    # "" is the process (liveness); kvmoq.v1.KVCacheService is SERVING while the relay is up.
+    assert sidecar["startupProbe"]["grpc"] == {"port": 7070}
+    assert sidecar["livenessProbe"]["grpc"] == {"port": 7070}
+    assert sidecar["readinessProbe"]["grpc"] == {
+        "port": 7070,
+        "service": "kvmoq.v1.KVCacheService",
+    }
+
+    values = merged(INFERENCE, {"sidecar": {"readinessRequiresRelay": True}})
+    sidecar = container(pod(render(tmp_path, values))["spec"], "kvmoq-sidecar", "initContainers")
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 9464}
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 9464}
+
+
+def test_plain_container_sidecar_for_clusters_without_native_sidecars(tmp_path: Path) -> None:
+    spec = pod(render(tmp_path, merged(INFERENCE, {"sidecar": {"native": False}})))["spec"]
+    assert "initContainers" not in spec
+    assert [c["name"] for c in spec["containers"]] == ["vllm", "kvmoq-sidecar"]
+    assert "restartPolicy" not in container(spec, "kvmoq-sidecar")
+
+
+def test_model_server_init_containers_follow_the_sidecar(tmp_path: Path) -> None:
+    init = [{"name": "fetch-weights", "image": "busybox", "command": ["true"]}]
+    spec = pod(render(tmp_path, merged(INFERENCE, {"inference": {"initContainers": init}})))
+    assert [c["name"] for c in spec["spec"]["initContainers"]] == ["kvmoq-sidecar", "fetch-weights"]
+
+
+def test_external_relay_and_ca(tmp_path: Path) -> None:
+    values = merged(
+        INFERENCE,
+        {
+            "relay": {"enabled": False},
+            "sidecar": {
+                "relayURL": "moqt://relay.kv.svc:4443",
+                "ca": {"secret": "kv-ca", "key": "tls.crt"},
+            },
+        },
+    )
+    docs = render(tmp_path, values)
+    assert not [d for d in docs if d["metadata"]["name"].startswith("r-relay")]
+    spec = pod(docs)["spec"]
+    sidecar = container(spec, "kvmoq-sidecar", "initContainers")
+    assert env(sidecar)["KVMOQ_RELAY"] == "moqt://relay.kv.svc:4443"
+    assert env(sidecar)["KVMOQ_CA"] == "/etc/kvmoq/ca/tls.crt"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["kvmoq-ca"]["secret"] == {
+        "secretName": "kv-ca",
+        "items": [{"key": "tls.crt", "path": "tls.crt"}],
+    }
+
+    # No relay here and no CA Secret: the system trust store, no CA volume.
+    values = merged(INFERENCE, {"relay": {"enabled": False}, "sidecar": {"relayURL": "moqt://r:1"}})
+    spec = pod(render(tmp_path, values))["spec"]
+    assert "KVMOQ_CA" not in env(container(spec, "kvmoq-sidecar", "initContainers"))
+    assert "kvmoq-ca" not in {v["name"] for v in spec["volumes"]}
+
+
+def test_settings_become_kvmoq_env(tmp_path: Path) -> None:
+    settings = {
+        "chunk_size": 256,
+        "tracks": ["int8", "ac"],
+        "max_published_bytes": 8 << 30,
+        "load_seconds": 2.5,
+        "drain_seconds": 20,
+    }
+    values = merged(
+        INFERENCE,
+        {"sidecar": {"settings": settings}, "inference": {"terminationGracePeriodSeconds": 45}},
+    )
+    sidecar = container(pod(render(tmp_path, values))["spec"], "kvmoq-sidecar", "initContainers")
+    assert {
+        k: v
+        for k, v in env(sidecar).items()
+        if k
+        not in {
+            "KVMOQ_RELAY",
+            "KVMOQ_CA",
+            "KVMOQ_GRPC",
+            "KVMOQ_PROBE",
+            "KVMOQ_HTTP",
+            "KVMOQ_SHM_ROOTS",
+            "KVMOQ_LOG_FORMAT",
+        }
+    } == {
+        "KVMOQ_CHUNK_SIZE": "256",
+        "KVMOQ_TRACKS": "int8,ac",
+        # Whole numbers stay whole: helm reads YAML numbers as floats.
+        "KVMOQ_MAX_PUBLISHED_BYTES": "8589934592",
+        "KVMOQ_LOAD_SECONDS": "2.5",
+        "KVMOQ_DRAIN_SECONDS": "20",
+    }
+
+
+def test_schema_knows_every_sidecar_setting() -> None:
+    """The chart's settings are the sidecar's options less those the chart sets itself."""
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    settings = schema["properties"]["sidecar"]["properties"]["settings"]["properties"]
+    chart_owned = {"relay", "ca", "grpc", "probe", "http", "shm_roots"}
+    assert set(settings) | chart_owned == {option.name for option in OPTIONS}
+    assert not set(settings) & chart_owned
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"inference": {"enabled": True}}, "inference.container.image is required"),
+        (
+            merged(INFERENCE, {"relay": {"enabled": False}}),
+            "sidecar.relayURL is required when relay.enabled is false",
+        ),
+        (merged(INFERENCE, {"sidecar": {"relayURL": "relay:4443"}}), "/sidecar/relayURL"),
+        (merged(INFERENCE, {"sidecar": {"probes": "tcp"}}), "/sidecar/probes"),
+        (
+            merged(INFERENCE, {"sidecar": {"settings": {"chunk_sise": 64}}}),
+            "'chunk_sise' not allowed",
+        ),
+        (merged(INFERENCE, {"sidecar": {"settings": {"grpc": "unix:///x"}}}), "'grpc' not allowed"),
+        (
+            merged(INFERENCE, {"sidecar": {"settings": {"drain_seconds": 30}}}),
+            "inference.terminationGracePeriodSeconds (30) must exceed the sidecar's drain_seconds (30)",
+        ),
+        (
+            merged(INFERENCE, {"inference": {"podSpec": {"containers": []}}}),
+            "inference.podSpec.containers is set by the chart",
+        ),
+        (
+            merged(
+                INFERENCE,
+                {
+                    "inference": {
+                        "container": {"volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]}
+                    }
+                },
+            ),
+            "must not mount /dev/shm",
+        ),
+        (
+            merged(INFERENCE, {"inference": {"container": {"name": "kvmoq-sidecar"}}}),
+            "must not be kvmoq-sidecar",
+        ),
+        (
+            merged(INFERENCE, {"inference": {"cudaIPC": {"enabled": True}}}),
+            "inference.cudaIPC needs the sidecar to see the model server's GPU",
+        ),
+        (
+            merged(INFERENCE, {"inference": {"service": {"enabled": True}}}),
+            "inference.service.ports is required",
+        ),
+    ],
+    ids=[
+        "no-image",
+        "no-relay",
+        "relay-url-scheme",
+        "probes-kind",
+        "unknown-setting",
+        "chart-owned-setting",
+        "grace-vs-drain",
+        "pod-containers",
+        "shm-mount",
+        "container-name",
+        "cuda-ipc-without-gpu",
+        "service-without-ports",
+    ],
+)
+def test_invalid_values_fail_with_a_clear_message(
+    tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    assert message in render_error(tmp_path, values)
+
+
+def test_cuda_ipc_shares_pid_namespace_and_gpu_claims(tmp_path: Path) -> None:
+    claims = [{"name": "gpu"}]
+    model = {**MODEL, "resources": {"claims": claims}}
+    values = merged(
+        INFERENCE,
+        {
+            "inference": {
+                "container": model,
+                "cudaIPC": {"enabled": True},
+                "podSpec": {
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+                },
+            }
+        },
+    )
+    spec = pod(render(tmp_path, values))["spec"]
+    assert spec["shareProcessNamespace"] is True
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    sidecar = container(spec, "kvmoq-sidecar", "initContainers")
+    assert sidecar["resources"]["claims"] == claims
+    assert "NVIDIA_VISIBLE_DEVICES" not in env(sidecar)
+    # The pod's own IPC namespace is shared by its containers; the host's is not needed.
+    assert "hostIPC" not in spec and "hostPID" not in spec
+
+    values = merged(
+        INFERENCE, {"inference": {"cudaIPC": {"enabled": True, "sidecarVisibleDevices": "all"}}}
+    )
+    spec = pod(render(tmp_path, values))["spec"]
+    sidecar = container(spec, "kvmoq-sidecar", "initContainers")
+    assert env(sidecar)["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert "claims" not in sidecar["resources"]
+    assert spec["shareProcessNamespace"] is True
+
+
+def test_metrics_service_annotations_and_service_monitor(tmp_path: Path) -> None:
+    docs = render(
+        tmp_path,
+        merged(
+            INFERENCE,
+            {
+                "sidecar": {
+                    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}
+                }
+            },
+        ),
+    )
+    template = pod(docs)
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9464",
+        "prometheus.io/path": "/metrics",
+    }
+    service = find(docs, "Service", "r-inference-metrics")
+    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9464, "targetPort": 9464, "protocol": "TCP"}
+    ]
+    monitor = find(docs, "ServiceMonitor", "r-inference")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s"}
+    ]
+
+    docs = render(
+        tmp_path,
+        merged(INFERENCE, {"sidecar": {"metrics": {"service": False, "podAnnotations": False}}}),
+    )
+    assert {d["kind"] for d in docs} == {"Deployment", "Service"}
+    assert "annotations" not in pod(docs)["metadata"]
+    assert not [d for d in docs if d["metadata"]["name"] == "r-inference-metrics"]
+
+
+def test_inference_service(tmp_path: Path) -> None:
+    ports = [{"name": "http", "port": 8000, "targetPort": "http"}]
+    docs = render(
+        tmp_path, merged(INFERENCE, {"inference": {"service": {"enabled": True, "ports": ports}}})
+    )
+    service = find(docs, "Service", "r-inference")
+    assert service["spec"]["ports"] == ports
+    assert service["spec"]["selector"].items() <= pod(docs)["metadata"]["labels"].items()
+
+
+@pytest.mark.skipif(not VALIDATE.exists(), reason="no .tools/venv/bin/kubernetes-validate")
+def test_rendered_manifests_match_kubernetes_schemas(tmp_path: Path) -> None:
+    broken = "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: a, image: b, imagePullPolicey: Always}]\n"
+    with pytest.raises(AssertionError, match="imagePullPolicey"):
+        validate(tmp_path, broken)  # the validator does reject unknown fields
+
+    for values in (
+        merged(INFERENCE, {"sidecar": {"probes": "grpc", "readinessRequiresRelay": True}}),
+        merged(
+            INFERENCE,
+            {
+                "sidecar": {"native": False},
+                "inference": {
+                    "cudaIPC": {"enabled": True, "sidecarVisibleDevices": "all"},
+                    "service": {"enabled": True, "ports": [{"name": "http", "port": 8000}]},
+                },
+            },
+        ),
+    ):
+        validate(tmp_path, render_text(tmp_path, values))
+
+
+def test_another_chart_injects_the_sidecar_with_the_named_templates(tmp_path: Path) -> None:
+    parent = tmp_path / "serving"
+    (parent / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, parent / "charts" / "kvmoq")
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: serving\nversion: 1.0.0\n"
+        "dependencies:\n  - {name: kvmoq, version: 0.2.0}\n"
+    )
+    (parent / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kvmoq": {
+                    "relay": {"enabled": False},
+                    "sidecar": {"relayURL": "moqt://relay.kv:4443", "settings": {"chunk_size": 64}},
+                }
+            }
+        )
+    )
+    (parent / "templates" / "server.yaml").write_text(
+        """\
+{{- $kvmoq := dict "Values" .Values.kvmoq "Release" .Release }}
+apiVersion: v1
+kind: Pod
+metadata:
+  name: server
+spec:
+  initContainers:
+    {{- include "kvmoq.sidecarContainer" $kvmoq | nindent 4 }}
+  containers:
+    - name: server
+      image: server:1
+      env:
+        {{- include "kvmoq.modelServerEnv" $kvmoq | nindent 8 }}
+      volumeMounts:
+        {{- include "kvmoq.modelServerMounts" $kvmoq | nindent 8 }}
+  volumes:
+    {{- include "kvmoq.sidecarVolumes" $kvmoq | nindent 4 }}
+"""
+    )
+    text = render_text(tmp_path, {}, parent)
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("Pod", "server")]
+    spec = docs[0]["spec"]
+    sidecar = container(spec, "kvmoq-sidecar", "initContainers")
+    # The parent's overrides, over the subchart's defaults.
+    assert env(sidecar)["KVMOQ_RELAY"] == "moqt://relay.kv:4443"
+    assert env(sidecar)["KVMOQ_CHUNK_SIZE"] == "64"
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 9464}
+    server = container(spec, "server")
+    assert env(server) == {"KVMOQ_GRPC": env(sidecar)["KVMOQ_GRPC"]}
+    assert mounts(server) == {"/run/kvmoq": "kvmoq-socket", "/dev/shm": "kvmoq-shm"}
+    assert {v["name"] for v in spec["volumes"]} == {"kvmoq-socket", "kvmoq-shm"}
+    if VALIDATE.exists():
+        validate(tmp_path, text)
+
+
+def test_the_operations_doc_example_renders_and_validates(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    start = doc.index("```yaml\nrelay: {enabled: false}") + len("```yaml\n")
+    values = yaml.safe_load(doc[start : doc.index("```", start)])
+    text = render_text(tmp_path, values)
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    spec = pod(docs)["spec"]
+    assert spec["shareProcessNamespace"] is True
+    assert env(container(spec, "kvmoq-sidecar", "initContainers"))["KVMOQ_RELAY"] == (
+        "moqt://kvmoq-relay.kv.svc:4443"
+    )
+    if VALIDATE.exists():
+        validate(tmp_path, text)
