@@ -8,12 +8,12 @@
   a chunk-aligned prefix of it. Candidates are probed, most tokens first, by subscribing to
   their catalogs; the catalog of the best one that answers confirms how much it covers.
 * `load(model, token_ids, destination, deadline)` then fetches chunk after chunk, one FETCH
-  per group (the only FETCH moq-rs accepts), choosing the track of each from the measured
-  throughput so the whole load meets the deadline (`transfer.adapt`). Each chunk is checked
-  against the catalog's size and digest and decoded into a scratch tensor before a byte
-  reaches the destination; a chunk that fails is reported, fetched again on the next track
-  that fits, and never written. The result names exactly which tokens were loaded: the
-  model server computes the others itself.
+  per group (the only FETCH moq-rs accepts), choosing the track of each from the throughput
+  measured over this subscriber's loads so the whole load meets the deadline
+  (`transfer.adapt`). Each chunk is checked against the catalog's size and digest and
+  decoded into a scratch tensor before a byte reaches the destination; a chunk that fails
+  is reported, fetched again on the next track that fits, and never written. The result
+  names exactly which tokens were loaded: the model server computes the others itself.
 
 Chunks are loaded in order while prefill may still be running upstream: a chunk that the
 catalog does not describe yet is waited for (live catalog revisions, `CatalogFeed`) until the
@@ -143,12 +143,20 @@ class KVSubscriber:
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         index: PrefixIndex | None = None,
+        throughput: ThroughputEstimate | None = None,
     ) -> None:
         """`chunk_size` is the one configured for the models looked up (the query's links
-        are probed with it); `index` may be shared by several subscribers of one process."""
+        are probed with it); `index` may be shared by several subscribers of one process;
+        `throughput` seeds the estimate, e.g. with the one of an earlier session to the
+        same relay, so that a new session does not start again from the prior."""
         self.session = session
         self.chunk_size = chunk_size
         self.index = index or PrefixIndex()
+        self.throughput = throughput or ThroughputEstimate()
+        """Measured over every chunk this subscriber has loaded, and what each load starts
+        from: a load that started from the 1 Gbit/s prior on a slow link would take its
+        first chunks on the biggest track and miss a tight deadline. Concurrent loads
+        share it, as they share the link."""
         self._feeds = CatalogFeeds(session)
 
     async def lookup(
@@ -193,7 +201,7 @@ class KVSubscriber:
         if source is None:
             return LoadResult(None, 0, (), (), StopReason.NOT_FOUND)
         try:
-            return await _Load(self.session, source, destination, end, quality_order).run()
+            return await _Load(self, source, destination, end, quality_order).run()
         finally:
             await self._feeds.release(source.feed)
 
@@ -287,19 +295,19 @@ class _Load:
 
     def __init__(
         self,
-        session: Session,
+        subscriber: KVSubscriber,
         source: _Source,
         destination: torch.Tensor | KVSink,
         end: float,
         quality_order: Sequence[str],
     ) -> None:
-        self.session = session
+        self.subscriber = subscriber
+        self.session = subscriber.session
         self.source = source
         self.destination = destination
         self.end = end
         self.quality_order = quality_order
         self.clock = asyncio.get_running_loop().time
-        self.estimate = ThroughputEstimate()
         self.loaded: list[LoadedChunk] = []
         self.rejected: list[RejectedChunk] = []
         self.failed: dict[int, set[str]] = {}
@@ -340,7 +348,9 @@ class _Load:
             return StopReason.SESSION_GONE
         seconds = self.clock() - transfer.started
         size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
-        self.estimate = self.estimate.observe(max(size, 1), max(seconds, 1e-6))
+        self.subscriber.throughput = self.subscriber.throughput.observe(
+            max(size, 1), max(seconds, 1e-6)
+        )
         ready, after = self.source.feed.catalog, transfer.index + 1
         prefetched = None
         if after < self.source.chunks and ready and ready.ready_chunks > after:
@@ -384,7 +394,7 @@ class _Load:
         failed = self.failed.get(index, set())
         track = choose_track(
             catalog.chunk_bytes(index),
-            self.estimate.bytes_per_second,
+            self.subscriber.throughput.bytes_per_second,
             self.end - self.clock(),
             self.source.chunks - index,
             [t for t in self.quality_order if t not in failed],

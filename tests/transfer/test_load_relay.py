@@ -13,8 +13,9 @@ from sidecar.moqt import api
 from sidecar.moqt.model import FullTrackName, Location
 from sidecar.moqt.quic_backend import QuicSettings
 from sidecar.moqt.tls import CertificatePaths
+from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
-from sidecar.transfer.subscriber import Availability, StopReason
+from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, cert, network, relay, run, synthetic_kv  # noqa: F401
 
@@ -441,5 +442,38 @@ def test_a_rejected_chunk_is_fetched_again_on_the_next_track(
             assert torch.equal(out[:, :, span], roundtrip("int8", kv)[:, :, span])
             out[:, :, span] = roundtrip("fp16", kv)[:, :, span]
             assert torch.equal(out, roundtrip("fp16", kv))
+
+    run(main)
+
+
+def test_a_load_starts_from_the_throughput_earlier_loads_measured(
+    relay: RelayProcess,  # noqa: F811
+    cert: CertificatePaths,  # noqa: F811
+) -> None:
+    """A subscriber that knows its link is slow (8 kB/s) takes the first chunk of a 3 s load
+    on int8: fp16 (8208 bytes a chunk) does not fit its 1 s share, as it would at the 1 Gbit/s
+    prior. Loopback then measures fast, so the rest come on fp16; the next load starts from
+    that measurement, not from the seed again, and keeps refining it."""
+    token_ids = list(range(9000, 9000 + 3 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=14)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(
+                MODEL, LAYOUT, token_ids, tracks=("int8", "fp16"), chunk_size=CHUNK
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            slow = ThroughputEstimate(bytes_per_second=8000.0)
+            subscriber = KVSubscriber(await net.session(), chunk_size=CHUNK, throughput=slow)
+            first = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 3)
+            assert first.stopped is StopReason.COMPLETE, first
+            assert [c.track for c in first.loaded] == ["int8", "fp16", "fp16"]
+            measured = subscriber.throughput
+            assert measured.samples == 3 and measured.bytes_per_second > 8000.0
+            second = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 3)
+            assert [c.track for c in second.loaded] == ["fp16"] * 3
+            assert subscriber.throughput.samples == 6
 
     run(main)
