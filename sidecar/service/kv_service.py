@@ -19,15 +19,16 @@ import asyncio
 import enum
 import secrets
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
-from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, chunk_ranges
-from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_links
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges
+from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count, chunk_links
 from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
 from sidecar.log import get_logger
 from sidecar.moqt.api import MoqtApiError
@@ -41,10 +42,12 @@ from sidecar.service.errors import (
 )
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
-from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate
+from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
 from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS, PublishedPrompt, PublishError
 from sidecar.transfer.subscriber import (
+    Availability,
     KVSink,
+    KVSubscriber,
     LoadedChunk,
     LoadResult,
     RejectedChunk,
@@ -52,6 +55,10 @@ from sidecar.transfer.subscriber import (
 )
 
 log = get_logger(__name__)
+
+CATALOG_WAIT = 1.0
+"""Seconds Lookup waits for the catalog its estimate is made from (the lookup just read it,
+so it is at hand unless the relay went quiet); without it the estimate assumes fp16."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +158,7 @@ class KVService:
         self.settings = settings
         self.draining = False
         self.throughput = ThroughputEstimate()
-        """Of recent loads; what Lookup's time estimate divides by."""
+        """Of recent loads; the rate at which Lookup's estimate expects bytes to come."""
         self._sets: dict[str, BufferSet] = {}
         self._writers: Counter[str] = Counter()
         self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
@@ -306,14 +313,10 @@ class KVService:
         elif subscriber is not None:
             try:
                 availability = await subscriber.lookup(buffers.model, token_ids)
+                seconds = await self._estimate(subscriber, availability, buffers.layout)
             except (MoqtApiError, ConnectionError, TimeoutError) as exc:
                 log.warning("lookup_relay_gone", error=str(exc))
             else:
-                seconds = (
-                    availability.tokens
-                    * buffers.layout.fp16_bytes_per_token
-                    / self.throughput.bytes_per_second
-                )
                 found = Found(
                     availability.prompt,
                     availability.tokens,
@@ -323,6 +326,35 @@ class KVService:
                 )
         self.metrics.lookups.labels("hit" if found.tokens else "miss").inc()
         return found
+
+    async def _estimate(
+        self, subscriber: KVSubscriber, availability: Availability, layout: KVLayout
+    ) -> float:
+        """Seconds a Load with no deadline and no track list would take for what the lookup
+        found: each chunk on the track the deadline rule would choose (the catalog's sizes),
+        at the throughput of recent loads."""
+        if availability.prompt is None:
+            return 0.0
+        rate = self.throughput.bytes_per_second
+        catalog = await self._catalog(subscriber, availability.prompt)
+        if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
+            return availability.tokens * layout.fp16_bytes_per_token / rate
+        sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
+        return load_seconds_estimate(sizes, rate, self.settings.load_seconds)
+
+    @staticmethod
+    async def _catalog(subscriber: KVSubscriber, prompt: PromptName) -> Catalog | None:
+        """The prompt's newest catalog, through the subscriber's shared catalog feeds (a
+        second subscription to one track on one session is a protocol error). The lookup
+        had it in hand, but `Availability` does not carry it."""
+        feeds = subscriber._feeds
+        feed = await feeds.acquire(prompt)
+        try:
+            return await asyncio.wait_for(feed.wait_ready(0), CATALOG_WAIT)
+        except TimeoutError:
+            return None
+        finally:
+            await feeds.release(feed)
 
     # Load -------------------------------------------------------------------------------
 
@@ -468,6 +500,49 @@ class KVService:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def chunk_sizes(catalog: Catalog, chunks: int) -> list[dict[str, int]]:
+    """The bytes of each of the first `chunks` chunks on every track: the catalog's where the
+    chunk is described, else (prefill still running upstream) at the bytes per token of
+    the chunks that are. The catalog must describe at least one chunk."""
+    ready = min(chunks, catalog.ready_chunks)
+    sizes = [catalog.chunk_bytes(index) for index in range(ready)]
+    if ready == chunks:
+        return sizes
+    described = range(catalog.ready_chunks)
+    tokens = catalog.chunk_span(described[-1]).stop
+    per_token = {
+        track.name: sum(catalog.chunk_bytes(i)[track.name] for i in described) / tokens
+        for track in catalog.tracks
+    }
+    for index in range(ready, chunks):
+        span = len(catalog.chunk_span(index))
+        sizes.append({track: round(rate * span) for track, rate in per_token.items()})
+    return sizes
+
+
+def load_seconds_estimate(
+    chunk_bytes: Sequence[Mapping[str, int]],
+    bytes_per_second: float,
+    budget: float,
+    quality_order: Sequence[str] = QUALITY_ORDER,
+) -> float:
+    """Seconds to fetch these chunks at `bytes_per_second`, each on the track the deadline
+    rule (`transfer.adapt.choose_track`) picks for a load given `budget` seconds.
+
+    Where the rule would stop because not even the smallest track fits, the remaining chunks
+    count at their smallest track: the estimate then exceeds the budget, which tells a model
+    server that a load in that time would leave the rest to compute.
+    """
+    elapsed = 0.0
+    for index, sizes in enumerate(chunk_bytes):
+        track = choose_track(
+            sizes, bytes_per_second, budget - elapsed, len(chunk_bytes) - index, quality_order
+        )
+        offered = [sizes[name] for name in quality_order if name in sizes]
+        elapsed += (sizes[track] if track is not None else min(offered)) / bytes_per_second
+    return elapsed
 
 
 def _spans(tokens: Sequence[range]) -> tuple[range, ...]:

@@ -14,6 +14,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
     ContiguousKV,
@@ -115,6 +116,51 @@ def test_kv_published_by_one_sidecar_loads_bit_exact_through_another(
         assert decode.metric("kvmoq_cache_lookups_total", result="hit") == 2
         published_lines = [e for e in prefill.logs() if e.get("request_id") == "publish-1"]
         assert {"prompt_published"} <= {e["event"] for e in published_lines}
+
+
+@pytest.mark.slow
+def test_lookup_estimates_the_bytes_of_the_tracks_a_load_takes(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """No fp16 on offer: the estimate is int8's bytes (the catalog's), which the deadline
+    rule takes, at the prior throughput of a sidecar that has loaded nothing yet."""
+    prompt = list(range(2000, 2050))
+    kv = synthetic_kv(LAYOUT, len(prompt), seed=1)
+    flags = ("--chunk-size", str(CHUNK))
+    with (
+        shm_directory() as shm,
+        running_sidecar(relay.url, cert, *flags) as prefill,
+        running_sidecar(relay.url, cert, *flags) as decode,
+    ):
+        prefill.wait_ready()
+        decode.wait_ready()
+        source = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
+        source.put(0, kv)
+        source_id = prefill.stub.RegisterBuffers(source.request(MODEL)).buffer_set_id
+        every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+        prefill.stub.Publish(
+            pb.PublishRequest(
+                buffer_set_id=source_id,
+                token_ids=prompt,
+                source=every_token,
+                tracks=["int8", "int4"],
+                default_track="int8",
+            )
+        )
+        destination = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
+        destination_id = decode.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        found = decode.stub.Lookup(pb.LookupRequest(buffer_set_id=destination_id, token_ids=prompt))
+        _, finished = load(
+            decode.stub,
+            pb.LoadRequest(buffer_set_id=destination_id, token_ids=prompt, destination=every_token),
+            timeout=60,
+        )
+        assert finished.stop_reason == pb.STOP_REASON_COMPLETE
+        int8_bytes = dict(finished.track_bytes)["int8"]
+        assert dict(finished.track_bytes) == {"int8": int8_bytes}
+        prior = DEFAULT_PRIOR_BYTES_PER_SECOND
+        assert found.estimated_seconds == pytest.approx(int8_bytes / prior)
+        assert found.estimated_seconds < 0.6 * len(prompt) * LAYOUT.fp16_bytes_per_token / prior
 
 
 @pytest.mark.slow

@@ -1,0 +1,69 @@
+"""Lookup's time estimate: the bytes of the tracks a load would choose, from a real catalog
+(real encodings of synthetic KV), at a given throughput."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sidecar.kvcache.catalog import Catalog
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.layout import KVLayout
+from sidecar.service.kv_service import chunk_sizes, load_seconds_estimate
+from tests.service.sidecar_proc import synthetic_kv
+
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float16")
+CHUNK = 16
+TRACKS = ("fp16", "int8", "int4")
+
+
+def catalog_of(kv: torch.Tensor, token_ids: list[int], ready: int) -> Catalog:
+    """The catalog a publisher would revise to after encoding `ready` chunks of `kv`."""
+    tables = {name: get_codec(name).fit_tables(LAYOUT, kv[:, :, :CHUNK]) for name in TRACKS}
+    catalog = Catalog.for_prompt("m", LAYOUT, token_ids, tables, CHUNK)
+    for index in range(ready):
+        chunk = kv[:, :, index * CHUNK : (index + 1) * CHUNK]
+        catalog = catalog.with_chunk(
+            {name: get_codec(name).encode(chunk, LAYOUT, tables[name]) for name in TRACKS}
+        )
+    return catalog
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    tokens = 56  # chunks of 16, 16, 16, 8
+    return catalog_of(synthetic_kv(LAYOUT, tokens), list(range(tokens)), ready=4)
+
+
+def test_each_chunk_counts_on_the_track_the_deadline_rule_takes(catalog: Catalog) -> None:
+    sizes = chunk_sizes(catalog, 4)
+    assert sizes == [catalog.chunk_bytes(i) for i in range(4)]
+    rate = 1e6
+    fp16 = sum(s["fp16"] for s in sizes)
+    int8 = sum(s["int8"] for s in sizes)
+    int4 = sum(s["int4"] for s in sizes)
+    assert int4 < int8 < fp16
+    # Room for fp16 everywhere: the best track.
+    assert load_seconds_estimate(sizes, rate, budget=10.0) == pytest.approx(fp16 / rate)
+    # The three whole chunks with room for exactly int8: each gets a third of the budget.
+    whole = sizes[:3]
+    assert len({s["int8"] for s in whole}) == 1  # a fixed-size codec
+    budget = sum(s["int8"] for s in whole) / rate
+    assert load_seconds_estimate(whole, rate, budget) == pytest.approx(budget)
+    # A narrower order, as a Load's track list would give.
+    assert load_seconds_estimate(sizes, rate, 10.0, ("int4",)) == pytest.approx(int4 / rate)
+    # Nothing fits: every chunk at its smallest, more than the budget (the load would stop).
+    assert load_seconds_estimate(sizes, rate, budget=1e-9) == pytest.approx(int4 / rate)
+
+
+def test_chunks_not_described_yet_count_at_the_bytes_per_token_of_those_that_are() -> None:
+    tokens = 56
+    kv = synthetic_kv(LAYOUT, tokens)
+    partial = catalog_of(kv, list(range(tokens)), ready=2)
+    sizes = chunk_sizes(partial, 4)
+    assert sizes[:2] == [partial.chunk_bytes(0), partial.chunk_bytes(1)]
+    for track in TRACKS:
+        per_token = (sizes[0][track] + sizes[1][track]) / 32
+        assert sizes[2][track] == round(per_token * 16)
+        assert sizes[3][track] == round(per_token * 8)  # the last chunk is half as long
+    assert chunk_sizes(partial, 1) == [partial.chunk_bytes(0)]
