@@ -87,7 +87,7 @@ class _ShareLoad(_Load):
 
     def __init__(
         self,
-        session: api.Session,
+        subscriber: KVSubscriber,
         source: _Source,
         destination: torch.Tensor | KVSink,
         end: float,
@@ -95,7 +95,7 @@ class _ShareLoad(_Load):
         *,
         first: int,
     ) -> None:
-        super().__init__(session, source, destination, end, quality_order)
+        super().__init__(subscriber, source, destination, end, quality_order)
         self.first = first
 
     async def _next(self, index: int) -> _Transfer | StopReason:
@@ -134,9 +134,7 @@ async def load_share(
         chunks = share.chunks(source.chunks)
         # `tokens` stays the whole prompt's: the result reports what the prompt covers.
         part = _Source(source.feed, chunks.stop, source.tokens)
-        load = _ShareLoad(
-            subscriber.session, part, destination, end, quality_order, first=chunks.start
-        )
+        load = _ShareLoad(subscriber, part, destination, end, quality_order, first=chunks.start)
         return await load.run()
     finally:
         await subscriber._feeds.release(source.feed)
