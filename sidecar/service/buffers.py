@@ -6,12 +6,17 @@ strides. A `BufferSet` holds views of those tensors in one convention, `[blocks,
 kv_heads, head_dim]` per layer and part (a contiguous buffer is one block of `max_tokens`
 slots), so reading a prompt's KV out and writing a loaded chunk in are the same loop over
 block runs for both arrangements.
+
+On a GPU those copies run on the codec streams of the buffers' device (`tensors.streams`):
+at the lowest priority, after whatever this process queued before, and finished before
+`read` or `write` returns, so the model server, told a chunk is written, finds it there.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +24,7 @@ import torch
 from sidecar.kvcache.layout import MAX_BLOCK_SIZE, MAX_BLOCKS, KVLayout, PagedBlocks
 from sidecar.kvcache.naming import NamingError, check_model_name
 from sidecar.service.errors import InvalidArgument
+from sidecar.tensors import CodecStreams
 
 MAX_CONTIGUOUS_TOKENS = 1 << 24
 """Bounds `max_tokens` (16 M slots) so a typo cannot size a view beyond any real buffer."""
@@ -114,6 +120,8 @@ class BufferSet:
         ]
         if missing:
             raise InvalidArgument(f"no buffer holds {', '.join(missing[:8])}")
+        gpus = {view.device for view in self._views.values() if view.device.type == "cuda"}
+        self._streams = [CodecStreams.for_device(device) for device in sorted(gpus, key=str)]
 
     @property
     def slot_dims(self) -> tuple[int, ...]:
@@ -193,17 +201,27 @@ class BufferSet:
         slots as soon as this returns."""
         self.check(placement, tokens)
         out = torch.empty(self.layout.shape(tokens), dtype=self.layout.torch_dtype)
-        for (layer, kv), view in self._views.items():
-            for run in self._runs(placement, 0, tokens):
-                out[layer, kv, run.start : run.stop] = _slots(view, run)
+        with self._on_codec_streams():
+            for (layer, kv), view in self._views.items():
+                for run in self._runs(placement, 0, tokens):
+                    out[layer, kv, run.start : run.stop] = _slots(view, run)
         return out
 
     def write(self, placement: Placement, tokens: range, kv: torch.Tensor) -> None:
         """Write `kv` (`[L, 2, len(tokens), H, D]`) at the request's token positions."""
-        for (layer, part), view in self._views.items():
-            for run in self._runs(placement, tokens.start, tokens.stop):
-                source = kv[layer, part, run.start - tokens.start : run.stop - tokens.start]
-                _slots(view, run).copy_(source)
+        with self._on_codec_streams():
+            for (layer, part), view in self._views.items():
+                for run in self._runs(placement, tokens.start, tokens.stop):
+                    source = kv[layer, part, run.start - tokens.start : run.stop - tokens.start]
+                    _slots(view, run).copy_(source)
+
+    @contextmanager
+    def _on_codec_streams(self) -> Iterator[None]:
+        """The block's copies on each GPU's codec stream, done when it ends (CPU: no-op)."""
+        with ExitStack() as stack:
+            for streams in self._streams:
+                stack.enter_context(streams.run())
+            yield
 
     def _runs(self, placement: Placement, start: int, stop: int) -> list[_Run]:
         if isinstance(placement, TokenSlots):

@@ -107,6 +107,11 @@ def cuda_index(uuid: str) -> int | None:
     return None
 
 
+def device_uuid(device: torch.device) -> str:
+    """The UUID of one of this process's CUDA devices: what NVML and a plan name it by."""
+    return str(torch.cuda.get_device_properties(device).uuid)
+
+
 def codec_stream_plan(uuid: str | None) -> StreamPlan:
     """Where to run codec work for buffers on the GPU `uuid` (None: CPU buffers).
 
