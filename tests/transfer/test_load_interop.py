@@ -1,17 +1,23 @@
 """Lookups and loads through independent draft-14 relays (tests/interop harness).
 
 The aiomoqt relay routes SUBSCRIBE and FETCH upstream like ours, so a load works through it
-unchanged. moq-rs (moq-ffi 0.4.18) cannot carry a KV cache yet; the xfail says why.
+unchanged. moq-rs (moq-ffi 0.4.18) forwards the `catalog` track and serves per-group FETCH
+from its cache, but its cache never holds a finished prompt's chunks; the xfail says why and
+what would change that (tests/interop/README.md, quirks 24-28).
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
+from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt import api
+from sidecar.moqt.model import FullTrackName
 from sidecar.moqt.quic_backend import QuicSettings
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber, StopReason
@@ -32,10 +38,12 @@ RELAYS = [
         id="moqrs-relay",
         marks=pytest.mark.xfail(
             strict=True,
-            reason="moq-rs serves its own broadcast catalog on the track named 'catalog' (an "
-            "empty object, which is no kvmoq catalog), refuses TRACK_STATUS, answers FETCH only "
-            "from its cache (0x4 'not found' for groups it never pulled) and starts "
-            "subscriptions at the newest group: no chunk reaches the subscriber",
+            reason="a finished prompt's tracks have ended, so our publisher answers the moq-rs "
+            "relay's Largest Object SUBSCRIBE with PUBLISH_DONE and nothing else; the relay then "
+            "holds each track as one with no groups (the catalog subscriber gets a lone "
+            "END_OF_TRACK status object) and answers every FETCH 0x4 without asking upstream. "
+            "Passes once api.Session replays a track's cached groups on a SUBSCRIBE from a "
+            "moq-lite-rs peer (tried: a patched copy loads the whole prompt); then drop this mark",
         ),
     ),
 ]
@@ -70,5 +78,35 @@ def test_load_through_an_independent_relay(
                 assert result.loaded_tokens == (range(0, len(token_ids)),)
                 codec = get_codec("int8")
                 assert torch.equal(out, codec.decode(codec.encode(kv, LAYOUT), LAYOUT))
+
+    run(main, timeout=60)
+
+
+def test_our_catalog_track_passes_through_a_moqrs_relay(
+    start_peer: StartPeer,  # noqa: F811
+    certs: Certs,  # noqa: F811
+) -> None:
+    """moq-rs keeps catalog tracks of its own in every broadcast (quirk 7), yet a SUBSCRIBE
+    for `catalog` in a draft-14 publisher's namespace reaches that publisher: the track name
+    needs no alias. Prefill is still running, so the track has not ended and the relay's
+    joining FETCH brings the newest revision."""
+    relay = start_peer("moqrs", "relay")
+    assert isinstance(relay, RelayPeer)
+    relay.wait_ready()
+    settings = QuicSettings.loopback(ca_file=certs.ca)
+    token_ids = list(range(300, 300 + 4 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=10)
+
+    async def main() -> None:
+        publisher = KVPublisher()
+        prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
+        async with api.connect(relay.url, settings, publisher=publisher) as session:
+            await session.publish_namespace(prompt.namespace)
+            await prompt.add_chunk(kv[:, :, :CHUNK])
+            async with api.connect(relay.url, settings) as decoder:
+                catalog = await decoder.subscribe(FullTrackName(prompt.namespace, b"catalog"))
+                revision = await asyncio.wait_for(anext(catalog), 10)
+                assert prompt.requests["catalog"] >= 1
+                assert Catalog.decode(revision.payload) == prompt.catalog
 
     run(main, timeout=60)
