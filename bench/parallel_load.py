@@ -15,13 +15,17 @@ serves them (the publisher is off the path), and every session and worker is con
 before the clock starts, as a sidecar keeps them. A load's seconds run from the call (the
 prompt's lookup included) to its last chunk written into the destination, one buffer in
 shared memory for every row. Each round times every row once, in turn, so a busy machine
-slows all rows alike; the fastest of `--repeat` rounds is kept. Every load must bring every
-token, reject nothing and write the same bytes as the baseline, or the benchmark fails.
+slows all rows alike; the fastest of `--repeat` rounds is kept, with the CPU time it took in
+the relay and in the loading side (this process and the workers; from /proc): cores busy
+near 1 in the relay mean the relay's one thread is the limit, and a spread load may finish
+sooner yet cost more CPU, which a node shared with inference pays. Every load must bring
+every token, reject nothing and write the same bytes as the baseline, or the benchmark fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -207,22 +211,23 @@ async def _measure(
             destination.zero_()
             _check(BASELINE, await loads[BASELINE](track), tokens)
             expected = destination.clone()
-            fastest = {way: math.inf for way in loads}
+            fastest = {way: (math.inf, CpuTime(0, 0)) for way in loads}
             nbytes = 0
             for _ in range(repeat):
                 for way, load in loads.items():
                     destination.zero_()
-                    started = time.perf_counter()
+                    cpu, started = _cpu_seconds(), time.perf_counter()
                     result = await load(track)
-                    fastest[way] = min(fastest[way], time.perf_counter() - started)
+                    timed = time.perf_counter() - started, _cpu_seconds().since(cpu)
+                    fastest[way] = min(fastest[way], timed, key=lambda t: t[0])
                     nbytes = _check(way, result, tokens)
                     if not destination.equal(expected):
                         raise LoadMismatch(f"{way.label} wrote other bytes than one session")
             figures[track] = {
                 "payload_bytes": nbytes,
                 "loads": [
-                    _row(way, seconds, nbytes, fastest[BASELINE])
-                    for way, seconds in fastest.items()
+                    _row(way, seconds, cpu, nbytes, fastest[BASELINE][0])
+                    for way, (seconds, cpu) in fastest.items()
                 ],
             }
     return {
@@ -244,13 +249,49 @@ def _check(way: Way, result: LoadResult, tokens: int) -> int:
     return sum(chunk.nbytes for chunk in result.loaded)
 
 
-def _row(way: Way, seconds: float, nbytes: int, baseline_s: float) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CpuTime:
+    """CPU seconds (user + system) of the relay and of the loading side."""
+
+    relay: float
+    loaders: float
+    """This process (the single load and the sessions) and the load workers."""
+
+    def since(self, earlier: CpuTime) -> CpuTime:
+        return CpuTime(self.relay - earlier.relay, self.loaders - earlier.loaders)
+
+
+def _cpu_seconds() -> CpuTime:
+    """CPU time so far of the relay and of this process and its load workers, from /proc.
+
+    The relay and the workers are this process's only children; a worker runs the
+    `sidecar.transfer.parallel` module, the relay does not."""
+    tick = os.sysconf("SC_CLK_TCK")
+    relay, loaders = 0.0, time.process_time()
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):  # a child that has just exited
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                # utime and stime: fields 14 and 15, counted after the ")" closing the name
+                utime, stime = stat.rsplit(")", 1)[1].split()[11:13]
+                seconds = (int(utime) + int(stime)) / tick
+                if b"sidecar.transfer.parallel" in argv:
+                    loaders += seconds
+                else:
+                    relay += seconds
+    return CpuTime(relay, loaders)
+
+
+def _row(way: Way, seconds: float, cpu: CpuTime, nbytes: int, baseline_s: float) -> dict[str, Any]:
     return {
         "how": way.how,
         "connections": way.connections,
         "seconds": seconds,
         "mbps": nbytes / seconds / 1e6,
         "vs_single": baseline_s / seconds,
+        "relay_cpu_s": cpu.relay,
+        "loaders_cpu_s": cpu.loaders,
     }
 
 
@@ -260,13 +301,19 @@ def _show(report: dict[str, Any]) -> None:
         f"loopback; fastest of {report['repeat']} round(s); {report['cpus']} CPUs, load "
         f"average {report['load_average_at_start']:.1f} at the start"
     )
-    print(f"{'track':6} {'way':10} {'conns':>5} {'seconds':>8} {'MB':>7} {'MB/s':>7} {'vs 1':>6}")
+    print(
+        f"{'track':6} {'way':10} {'conns':>5} {'seconds':>8} {'MB':>7} {'MB/s':>7} {'vs 1':>6}"
+        f" {'relay cores':>11} {'loader cores':>12} {'CPU s':>6}"
+    )
     for track, figures in report["tracks"].items():
         megabytes = figures["payload_bytes"] / 1e6
         for row in figures["loads"]:
             print(
                 f"{track:6} {row['how']:10} {row['connections']:>5} {row['seconds']:>8.3f}"
                 f" {megabytes:>7.1f} {row['mbps']:>7.1f} {row['vs_single']:>5.2f}x"
+                f" {row['relay_cpu_s'] / row['seconds']:>11.2f}"
+                f" {row['loaders_cpu_s'] / row['seconds']:>12.2f}"
+                f" {row['relay_cpu_s'] + row['loaders_cpu_s']:>6.2f}"
             )
     starts = ", ".join(f"{n}: {s:.1f} s" for n, s in report["worker_start_s"].items())
     print(f"Worker processes started and connected (outside the clock) in {starts}.")
