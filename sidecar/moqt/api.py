@@ -713,10 +713,10 @@ class Session:
     ) -> None:
         try:
             track = await self.publisher.resolve(name)
-        except Exception as exc:
-            logger.exception("resolving %s failed", name)
+        except Exception:
+            logger.exception("resolving %s failed", name)  # the peer hears no details
             if not self.connection.closing:
-                self.connection.session.reject(request_id, internal_error, f"{name}: {exc}")
+                self.connection.session.reject(request_id, internal_error, "track unavailable")
                 self.connection.transmit()
             return
         if not self.connection.closing:

@@ -328,3 +328,50 @@ def test_namespace_announcement_is_accepted(settings: QuicSettings, cert: Certif
             await session.publish_namespace(NAMESPACE)
 
     run(main)
+
+
+class OnDemand(api.Publisher):
+    """Makes a track the first time a peer asks for it, once the test lets it: a publisher
+    whose tracks take work to produce (as KVPublisher's do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def resolve(self, name: FullTrackName) -> api.PublishedTrack | None:
+        if name.name == b"broken":
+            raise RuntimeError("cannot produce it")
+        await self.go.wait()
+        track = self.track(name.namespace, name.name)
+        if track.largest is None:
+            await write_groups(track, range(2), 3)
+        return track
+
+
+def test_a_track_resolved_on_request_is_awaited_while_the_session_serves_others(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    publisher = OnDemand()
+    held = publisher.track(NAMESPACE, b"held")
+
+    async def main() -> None:
+        await write_groups(held, range(1), 2)
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            pending = asyncio.ensure_future(session.fetch(TRACK, Location(0, 0), 1))
+            await asyncio.sleep(0)  # the FETCH goes out first
+            status = await session.track_status(FullTrackName(NAMESPACE, b"held"))
+            assert status.largest == Location(0, 1) and not pending.done()
+            with pytest.raises(api.RequestRefused) as refused:
+                await session.track_status(FullTrackName(NAMESPACE, b"broken"))
+            assert refused.value.code == SubscribeErrorCode.INTERNAL_ERROR
+            publisher.go.set()
+            assert_objects(
+                await read_all(await pending), [(g, o) for g in range(2) for o in range(3)]
+            )
+            # Now held: answered from `get`, without resolving again.
+            assert (await session.track_status(TRACK)).largest == Location(1, 2)
+
+    run(main)
