@@ -42,7 +42,7 @@ from sidecar.service.errors import (
 )
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
-from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
+from sidecar.transfer.adapt import QUALITY_ORDER, choose_track
 from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS, PublishedPrompt, PublishError
 from sidecar.transfer.subscriber import (
     Availability,
@@ -157,8 +157,6 @@ class KVService:
         self.metrics = metrics
         self.settings = settings
         self.draining = False
-        self.throughput = ThroughputEstimate()
-        """Of recent loads; the rate at which Lookup's estimate expects bytes to come."""
         self._sets: dict[str, BufferSet] = {}
         self._writers: Counter[str] = Counter()
         self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
@@ -332,10 +330,10 @@ class KVService:
     ) -> float:
         """Seconds a Load with no deadline and no track list would take for what the lookup
         found: each chunk on the track the deadline rule would choose (the catalog's sizes),
-        at the throughput of recent loads."""
+        at the throughput the subscriber measured over its loads, which a load starts from."""
         if availability.prompt is None:
             return 0.0
-        rate = self.throughput.bytes_per_second
+        rate = subscriber.throughput.bytes_per_second
         catalog = await self._catalog(subscriber, availability.prompt)
         if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
             return availability.tokens * layout.fp16_bytes_per_token / rate
@@ -454,8 +452,6 @@ class KVService:
         if result is not None:
             prompt, available = result.prompt, result.available
             chunks, rejected = result.loaded, result.rejected
-            for chunk in chunks:
-                self.throughput = self.throughput.observe(chunk.nbytes, chunk.seconds)
         outcome = LoadOutcome(
             len(token_ids), stop, _spans(written), prompt, available, chunks, rejected
         )

@@ -22,6 +22,7 @@ from sidecar.moqt import api
 from sidecar.moqt.api import MoqtApiError
 from sidecar.moqt.errors import UsageError
 from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber
 
@@ -64,6 +65,9 @@ class RelayLink:
         self.backoff = backoff
         self.index = PrefixIndex()
         """Catalog links seen, kept across sessions: a prompt outlives a reconnect."""
+        self._throughput: ThroughputEstimate | None = None
+        """The last session's measured throughput, which the next one starts from: the
+        path to the relay outlives a reconnect more often than not."""
         self.session: api.Session | None = None
         self.subscriber: KVSubscriber | None = None
         self._on_change = on_change
@@ -84,6 +88,8 @@ class RelayLink:
             except (ConnectionError, MoqtApiError, OSError, TimeoutError) as exc:
                 log.warning("relay_unreachable", url=self.url, error=str(exc), attempt=attempt)
             finally:
+                if self.subscriber is not None:
+                    self._throughput = self.subscriber.throughput
                 if self.session is not None:
                     self.session = self.subscriber = None
                     await self._changed(False, False)
@@ -96,7 +102,9 @@ class RelayLink:
         self._announced = set()
         for namespace in sorted(self.publisher.namespaces):
             await self.announce(namespace)
-        self.subscriber = KVSubscriber(session, chunk_size=self.chunk_size, index=self.index)
+        self.subscriber = KVSubscriber(
+            session, chunk_size=self.chunk_size, index=self.index, throughput=self._throughput
+        )
         self._sessions += 1
         log.info("relay_connected", url=self.url, session=self._sessions)
         await self._changed(True, self._sessions > 1)
