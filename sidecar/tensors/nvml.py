@@ -24,8 +24,10 @@ BUSY_UTILIZATION_PERCENT = 50
 CODEC_STREAMS_IDLE = 2
 CODEC_STREAMS_BUSY = 1
 LOWEST_STREAM_PRIORITY = 0
-"""CUDA orders stream priorities by lower number first and 0 is the least; model servers
-run their kernels at 0 or above it, so codec kernels never delay theirs."""
+"""CUDA orders stream priorities by lower number first and 0, the default, is the least:
+codec streams never outrank the model's, but run level with a model that keeps the default
+(the scheduler then shares the GPU between them); a model server that wants precedence
+runs its own streams at a negative priority."""
 
 
 @dataclass(frozen=True, slots=True)
