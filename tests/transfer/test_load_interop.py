@@ -13,12 +13,11 @@ import asyncio
 import pytest
 import torch
 
-from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt import api
-from sidecar.moqt.model import FullTrackName
 from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.transfer.catalog_feed import CatalogFeed
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber, StopReason
 from tests.interop.certs import Certs
@@ -88,8 +87,8 @@ def test_our_catalog_track_passes_through_a_moqrs_relay(
 ) -> None:
     """moq-rs keeps catalog tracks of its own in every broadcast (quirk 7), yet a SUBSCRIBE
     for `catalog` in a draft-14 publisher's namespace reaches that publisher: the track name
-    needs no alias. Prefill is still running, so the track has not ended and the relay's
-    joining FETCH brings the newest revision."""
+    needs no alias. Prefill is still running, so the track has not ended and the newest
+    revision reaches the subscriber's catalog feed."""
     relay = start_peer("moqrs", "relay")
     assert isinstance(relay, RelayPeer)
     relay.wait_ready()
@@ -104,9 +103,12 @@ def test_our_catalog_track_passes_through_a_moqrs_relay(
             await session.publish_namespace(prompt.namespace)
             await prompt.add_chunk(kv[:, :, :CHUNK])
             async with api.connect(relay.url, settings) as decoder:
-                catalog = await decoder.subscribe(FullTrackName(prompt.namespace, b"catalog"))
-                revision = await asyncio.wait_for(anext(catalog), 10)
+                feed = await CatalogFeed.open(decoder, prompt.name)
+                try:
+                    catalog = await asyncio.wait_for(feed.wait_ready(1), 10)
+                finally:
+                    await feed.close()
                 assert prompt.requests["catalog"] >= 1
-                assert Catalog.decode(revision.payload) == prompt.catalog
+                assert catalog == prompt.catalog
 
     run(main, timeout=60)
