@@ -24,11 +24,12 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
+from types import TracebackType
+
+from sidecar.demo.children import SignalHandler, exit_on_sigterm
 
 NAME_PREFIX = "kvmoq-bench-"
 QUEUE_S = 0.05
@@ -38,9 +39,6 @@ or tbf drops it; two of them so back-to-back packets pass at the rate."""
 BURST_S = 0.005
 COMMAND_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
-
-
-_SignalHandler = Callable[[int, FrameType | None], Any] | int
 
 
 class NamespaceError(RuntimeError):
@@ -106,7 +104,7 @@ class Namespace:
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or f"{NAME_PREFIX}{os.getpid()}"
-        self._previous_sigterm: _SignalHandler | None = None
+        self._previous_sigterm: SignalHandler | None = None
 
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the namespace."""
@@ -146,7 +144,7 @@ class Namespace:
             raise
         if threading.current_thread() is threading.main_thread():
             # SIGTERM's default kills without unwinding: the namespace would outlive us.
-            previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
             self._previous_sigterm = signal.SIG_DFL if previous is None else previous
         return self
 
@@ -178,10 +176,6 @@ class Namespace:
             deadline = time.monotonic() + STOP_GRACE_S
             while time.monotonic() < deadline and _command(["ip", "netns", "pids", self.name]):
                 time.sleep(0.1)
-
-
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _wait_or_kill(process: subprocess.Popen[bytes], grace: float) -> None:

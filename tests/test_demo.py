@@ -1,21 +1,28 @@
 """`kvmoq demo` as a newcomer runs it: a real relay, two real sidecars, and two SmolLM2
-model servers that reach the relay only through their sidecars."""
+model servers that reach the relay only through their sidecars; with `--keep`, the services
+left running answer, and Ctrl-C or SIGTERM stops every one."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
 from sidecar.address import free_udp_port
 from sidecar.moqt.tls import write_certificate
-
-pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 
 def processes_with_marker(marker: str) -> list[int]:
@@ -33,32 +40,84 @@ def processes_with_marker(marker: str) -> list[int]:
     return found
 
 
+class Lines:
+    """A process's stdout, read by a thread, so a test can wait for one line with a timeout."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            for line in stream:
+                self._lines.put(line)
+            self._lines.put(None)
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        end = time.monotonic() + timeout
+        while (line := self._lines.get(timeout=max(end - time.monotonic(), 0.1))) is not None:
+            self.seen.append(line)
+            if found := re.search(pattern, line):
+                return found
+        raise AssertionError(f"{pattern!r} never printed:\n{''.join(self.seen)[-3000:]}")
+
+    def rest(self) -> str:
+        self._reader.join(30)
+        while (line := self._lines.get_nowait()) is not None:
+            self.seen.append(line)
+        return "".join(self.seen)
+
+
+def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.slow
+@pytest.mark.model
 def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> None:
+    """One run does it all (the demo takes minutes): the figures, then with --keep a request
+    to the decode server left running, then Ctrl-C stops every process."""
     marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
     report_path = tmp_path / "report.json"
-    result = subprocess.run(
+    demo = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "sidecar.cli",
-            "demo",
-            "--tokens",
-            "256",
-            "--compression",
-            "fp16,int8",
-            "--out",
-            str(tmp_path),
-            "--json",
-            str(report_path),
+            *(sys.executable, "-m", "sidecar.cli", "demo", "--tokens", "256"),
+            *("--compression", "fp16,int8", "--keep"),
+            *("--out", str(tmp_path), "--json", str(report_path)),
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=600,
         env={**os.environ, key: value},
-        check=False,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    try:
+        assert demo.stdout is not None
+        lines = Lines(demo.stdout)
+        url = lines.wait_for(r"curl -s (http://\S+/generate)", timeout=600)[1]
+        status, answer = post(url, {"text": " In short,", "max_new_tokens": 8, "track": "int8"})
+        assert status == 200, answer
+        assert answer["reused_tokens"] == 256
+        assert answer["computed_tokens"] == answer["prompt_tokens"] - 256 > 0
+        assert set(answer["track_bytes"]) == {"int8"}
+        assert answer["text"]
+        status, refused = post(url, {"text": ""})
+        assert status == 400 and "text" in refused["error"]
+        assert processes_with_marker(marker)  # still up, serving
+        demo.send_signal(signal.SIGINT)  # Ctrl-C
+        assert demo.wait(120) == 130
+        output = lines.rest()
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert "every process the demo started is stopped" in output
     report = json.loads(report_path.read_text())
     tracks = report["tracks"]
     for name in ("fp16", "int8"):
@@ -78,11 +137,48 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
     assert reuse["reused_tokens"] == 256
     assert reuse["same_text"]
     assert (tmp_path / "kvmoq-demo.png").stat().st_size > 0
-    assert "same text" in result.stdout
-    assert "the decode one loaded" in result.stdout
+    assert "same text" in output
+    assert "the decode one loaded" in output
     assert processes_with_marker(marker) == []
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
+    """What `kvmoq demo --keep` does after it printed how to call its services: wait on its
+    children (each in a session of its own, so a Ctrl-C does not reach them) until stopped."""
+    marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    script = (
+        "import sys\n"
+        "from sidecar.demo.children import Children, python_module\n"
+        "with Children() as children:\n"
+        "    for name in ('one', 'two'):\n"
+        "        children.start(name, [sys.executable, '-c', "
+        "'import time; print(\"ready\", flush=True); time.sleep(600)'], "
+        "ready_prefix='ready', timeout=30)\n"
+        "    print('waiting', flush=True)\n"
+        "    children.wait_any()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, key: value},
+    )
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == "waiting\n"
+        assert len(processes_with_marker(marker)) == 3
+        parent.send_signal(stop)
+        assert parent.wait(60) != 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    assert processes_with_marker(marker) == []
+
+
+@pytest.mark.slow
+@pytest.mark.model
 def test_demo_says_which_step_failed_and_stops_what_it_started(tmp_path: Path) -> None:
     marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
@@ -112,6 +208,8 @@ def test_demo_says_which_step_failed_and_stops_what_it_started(tmp_path: Path) -
     assert processes_with_marker(marker) == []
 
 
+@pytest.mark.slow
+@pytest.mark.model
 def test_demo_refuses_an_unknown_compression() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sidecar.cli", "demo", "--compression", "zip"],

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from sidecar.demo.nodes import SidecarNode
+
 DEFAULT_TOKENS = 1024
 DEFAULT_COMPRESSIONS = "fp16,int8,ac"
 SILENCE_S = 300.0
@@ -58,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--keep",
         action="store_true",
-        help="leave the relay, the sidecars and the prefill server running (until Ctrl-C) "
-        "and say how to use them",
+        help="leave the relay, both sidecars and both model servers running (until Ctrl-C), "
+        "the decode server answering requests that extend the prompt, and say how to call them",
     )
     parser.set_defaults(handler=run)
 
@@ -102,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) -> int:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from sidecar.demo.children import Children
+    from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.nodes import start_model_server, start_sidecar
     from sidecar.demo.services import start_relay
-    from sidecar.demo.steps import StepView, follow
+    from sidecar.demo.steps import Events, StepView
     from sidecar.moqt.tls import write_certificate
 
     out = Path(args.out)
@@ -149,7 +151,7 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
             prefill_sidecar.grpc,
             *common,
         )
-        published = follow(prefill, "published", view, SILENCE_S)
+        published = Events(prefill, view, SILENCE_S).wait("published")
         decode = start_model_server(
             children,
             "decode server",
@@ -157,8 +159,10 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
             "--sidecar",
             decode_sidecar.grpc,
             *common,
+            *(["--keep"] if args.keep else []),
         )
-        report = follow(decode, "report", view, SILENCE_S)
+        decode_events = Events(decode, view, SILENCE_S)
+        report = decode_events.wait("report")
         del report["event"]
         report["prefill_node_s"] = published["prefill_s"]
         report["prompt_id"] = published["prompt"]
@@ -171,22 +175,46 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         if args.keep:
+            serving = decode_events.wait("serving")
             console.print(
-                f"\nServices are running. Relay: {url} (trust {ca}).\n"
-                f"Prefill sidecar: {prefill_sidecar.grpc} (metrics http://"
-                f"{prefill_sidecar.http}/metrics); it publishes model SmolLM2-135M, prompt "
-                f"{published['prompt']} (the first {args.tokens} tokens of "
-                "sidecar.models.corpus.pydoc_token_ids).\n"
-                f"Decode sidecar: {decode_sidecar.grpc} (metrics http://"
-                f"{decode_sidecar.http}/metrics). Load the prompt from a model server:\n"
-                f"  with KVCacheClient({decode_sidecar.grpc!r}) as client, "
-                "TransformersKV(client, model, 'SmolLM2-135M', 4096) as kv:\n"
-                "      loaded = kv.load(token_ids)  # then model.generate(..., "
-                "cache=loaded.cache)\n"
-                "(kvmoq_client, kvmoq_client.transformers_cache). Press Ctrl-C to stop them."
+                _services(url, ca, prefill_sidecar, decode_sidecar, published, serving),
+                markup=False,
+                highlight=False,
+                soft_wrap=True,  # the curl line stays one line, ready to copy
             )
-            prefill.process.wait()
+            gone = children.wait_any()
+            raise ChildFailed(
+                f"{gone.name} exited with {gone.process.returncode}:\n{gone.log_tail()}"
+            )
     return 0
+
+
+def _services(
+    url: str,
+    ca: Path,
+    prefill: SidecarNode,
+    decode: SidecarNode,
+    published: dict[str, Any],
+    serving: dict[str, Any],
+) -> str:
+    """What `--keep` leaves running and how to call it (`serving`: the decode server's
+    event saying where it listens and what a request may ask for)."""
+    request = json.dumps({"text": " In short,", "max_new_tokens": 32})
+    return (
+        "\nServices are running; Ctrl-C (or SIGTERM) stops them all.\n"
+        f"Relay: {url} (trust {ca}).\n"
+        f"Prefill sidecar: {prefill.grpc} (metrics http://{prefill.http}/metrics); its "
+        f"model server published SmolLM2-135M prompt {published['prompt']}, the first "
+        f"{published['tokens']} tokens of sidecar.models.corpus.pydoc_token_ids.\n"
+        f"Decode sidecar: {decode.grpc} (metrics http://{decode.http}/metrics).\n"
+        f"Decode model server: adds your text (up to {serving['max_text_tokens']} tokens) to "
+        'that prompt, loads the published part through its sidecar (optional "track": one '
+        f"of {', '.join(serving['tracks'])}; else the sidecar chooses), computes the rest and "
+        f"generates up to {serving['max_new_tokens']} tokens:\n"
+        f"  curl -s http://{serving['http']}/generate -d '{request}'\n"
+        "A model server of your own can use either sidecar the same way (README.md, "
+        '"How an inference server calls it").'
+    )
 
 
 def _show(console: Console, report: dict[str, Any], out: Path) -> None:

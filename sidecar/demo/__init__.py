@@ -6,6 +6,7 @@ sidecar. The prefill server publishes a prompt's KV cache; the decode server loa
 compression, checks that generation continues exactly as after recomputing, and reuses the
 prompt as the prefix of a longer one. Modules: `children` (processes that die with the demo),
 `services` (relay, bare prefill node), `nodes` (sidecars, model servers), `steps` (how the
-model servers report progress and results), `prefill_server`, `decode_server`, `decode`
-(recompute, quality, prefix reuse).
+model servers report progress and results), `prefill_server`, `decode_server` (which, under
+`--keep`, stays up and answers requests), `decode` (recompute, quality, prefix reuse), `plot`
+(PNG figures, shared with the benchmarks).
 """

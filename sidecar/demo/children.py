@@ -1,7 +1,7 @@
 """Child processes that announce readiness with one stdout line and die with their parent.
 
-The demo must leave nothing behind, even on Ctrl-C or a failed step, so every child is
-registered in a `Children` context that terminates (then kills) them all on exit.
+The demo must leave nothing behind, even on Ctrl-C, SIGTERM or a failed step, so every child
+is registered in a `Children` context that terminates (then kills) them all on exit.
 """
 
 from __future__ import annotations
@@ -12,10 +12,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import IO
+from types import FrameType, TracebackType
+from typing import IO, Any
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int
+"""What `signal.signal` takes (SIG_DFL and SIG_IGN are ints)."""
 
 
 class ChildFailed(RuntimeError):
@@ -47,10 +52,17 @@ class Child:
 
 
 class Children:
-    """Starts children and guarantees they are gone when the `with` block ends."""
+    """Starts children and guarantees they are gone when the `with` block ends.
+
+    The children run in sessions of their own, so a Ctrl-C reaches this process only, and
+    this process stops them. In the main thread, SIGTERM raises SystemExit while the block
+    runs (its default action would end this process without stopping them), and Ctrl-C or
+    SIGTERM during the stopping itself is ignored, so a second one cannot cut it short.
+    """
 
     def __init__(self) -> None:
         self._children: list[Child] = []
+        self._previous_sigterm: SignalHandler | None = None
 
     def start(
         self,
@@ -99,13 +111,25 @@ class Children:
             raise ChildFailed(f"{child.name} {state} before it was ready:\n{child.log_tail()}")
         return found[0]
 
+    def wait_any(self, poll: float = 0.5) -> Child:
+        """Block until one of the children exits; that child (for services left running)."""
+        while True:
+            for child in self._children:
+                if child.process.poll() is not None:
+                    return child
+            time.sleep(poll)
+
     def stop_all(self) -> None:
-        for child in reversed(self._children):
-            child.stop()
-            child.log.close()
-        self._children.clear()
+        with _signals_ignored():
+            for child in reversed(self._children):
+                child.stop()
+                child.log.close()
+            self._children.clear()
 
     def __enter__(self) -> Children:
+        if _in_main_thread():
+            previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
+            self._previous_sigterm = signal.SIG_DFL if previous is None else previous
         return self
 
     def __exit__(
@@ -114,7 +138,38 @@ class Children:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop_all()
+        try:
+            self.stop_all()
+        finally:
+            if self._previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+                self._previous_sigterm = None
+
+
+def _in_main_thread() -> bool:
+    """Python sets signal handlers in the main thread only; elsewhere Children just stops its
+    children on exit."""
+    return threading.current_thread() is threading.main_thread()
+
+
+def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """A SIGTERM handler that unwinds: `with` blocks and `finally` clauses run, where the
+    default action would end the process on the spot."""
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the block (in the main thread; elsewhere a no-op)."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def python_module(module: str, *args: str) -> list[str]:

@@ -220,20 +220,30 @@ def finish_prefix(
     """Compute what `loaded` (the KV of `longer`'s first tokens) lacks, generate, and
     compare with recomputing all of `longer`."""
     reused = loaded.shape[2]
-    started = time.perf_counter()
-    rest = longer[reused:-1]
-    if reused == 0:
-        prefix_kv, _ = extract_kv(model, rest)
-    else:
-        prefix_kv = _extend(model, loaded, rest) if rest else loaded
-    compute_s = time.perf_counter() - started
-    generated = greedy(model, prefix_kv, [longer[-1]], GENERATED_TOKENS)
+    generated, compute_s = continue_prompt(model, loaded, longer, GENERATED_TOKENS)
 
     started = time.perf_counter()
     full_kv, _ = extract_kv(model, longer)
     recompute_s = time.perf_counter() - started
     expected = greedy(model, full_kv[:, :, : len(longer) - 1], [longer[-1]], GENERATED_TOKENS)
     return PrefixRun(len(longer), reused, load_s, compute_s, recompute_s, generated == expected)
+
+
+def continue_prompt(
+    model: torch.nn.Module, loaded: torch.Tensor, prompt: Sequence[int], steps: int
+) -> tuple[list[int], float]:
+    """What a decode server does after a load: compute the KV `loaded` (of `prompt`'s first
+    tokens, not its last) lacks, then generate `steps` tokens greedily; the tokens and the
+    seconds the computing took."""
+    reused = loaded.shape[2]
+    started = time.perf_counter()
+    rest = prompt[reused:-1]
+    if reused == 0:
+        prefix_kv, _ = extract_kv(model, rest)
+    else:
+        prefix_kv = _extend(model, loaded, rest) if rest else loaded
+    compute_s = time.perf_counter() - started
+    return greedy(model, prefix_kv, [prompt[-1]], steps), compute_s
 
 
 @torch.inference_mode()

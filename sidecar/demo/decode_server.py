@@ -8,16 +8,24 @@ It recomputes the prompt once as the reference, looks the prompt up, loads it in
 compression and judges each load (KL, top-1, same generated text), loads it once more with
 every track allowed under a deadline (the sidecar adapts), then serves a longer request
 that extends the prompt: the published prefix is loaded, only the rest computed. Reports
-its steps as JSON lines (`sidecar.demo.steps`), then `{"event": "report", ...}`, and exits.
+its steps as JSON lines (`sidecar.demo.steps`), then `{"event": "report", ...}`, and exits;
+with `--keep` it stays up instead (`kvmoq demo --keep`) and answers requests that extend the
+prompt (`POST /generate` on a loopback port it reports as `{"event": "serving", ...}`) until
+SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import math
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import torch
@@ -31,22 +39,27 @@ from sidecar.demo.decode import (
     PrefixRun,
     Reference,
     TrackRun,
+    continue_prompt,
     finish_prefix,
     recompute,
     score,
 )
 from sidecar.demo.steps import Progress, Steps, emit
 from sidecar.models.corpus import pydoc_token_ids
-from sidecar.models.smollm2 import MODEL_NAME, load_model
+from sidecar.models.smollm2 import MODEL_NAME, load_model, load_tokenizer
 
 EXTENSION_TOKENS = 200
-"""Tokens the second request adds after the published prompt."""
+"""Tokens the second request adds after the published prompt; also the most a kept server's
+request may add (the buffers hold the prompt and this many more)."""
 LOAD_TIMEOUT_S = 120.0
 """A per-track load's deadline: generous, so that a busy machine slows it but never cuts it."""
 ADAPTIVE = "adaptive"
 RECOMPUTE_REPEAT = 2
 """The reference time is the faster of two prefills: other work on a shared machine only
 ever slows one down, and a slowed recompute would flatter every load."""
+HTTP_HOST = "127.0.0.1"
+DEFAULT_NEW_TOKENS = 32
+MAX_NEW_TOKENS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +207,108 @@ def report(
     }
 
 
+class BadRequest(ValueError):
+    """A request the kept server refuses as the client's mistake (HTTP 400)."""
+
+
+def generate(
+    node: DecodeNode,
+    model: torch.nn.Module,
+    prompt: Sequence[int],
+    tracks: Sequence[str],
+    request: dict[str, Any],
+) -> dict[str, Any]:
+    """One request to the kept server: the published `prompt` followed by the request's
+    `text`, its published prefix loaded through the sidecar (in `track` if the request names
+    one, else as the sidecar chooses), the rest computed, `max_new_tokens` generated."""
+    text = request.get("text")
+    if not isinstance(text, str) or not text:
+        raise BadRequest('"text": the words to add after the published prompt')
+    max_new_tokens = request.get("max_new_tokens", DEFAULT_NEW_TOKENS)
+    if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise BadRequest(f'"max_new_tokens": an integer in 1..{MAX_NEW_TOKENS}')
+    track = request.get("track")
+    if track is not None and track not in tracks:
+        raise BadRequest(f'"track": one of {", ".join(tracks)} (or leave it to the sidecar)')
+    tokenizer = load_tokenizer()
+    extension = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(extension) > EXTENSION_TOKENS:
+        raise BadRequest(f'"text": {len(extension)} tokens, at most {EXTENSION_TOKENS}')
+    longer = [*prompt, *extension]
+    available = node.client.lookup(node.set_id, longer).available_tokens
+    if available == 0:
+        raise RuntimeError("the sidecar finds none of the prompt published")
+    loaded = node.load(longer[:available], [track] if track else [], LOAD_TIMEOUT_S, lambda _: None)
+    generated, compute_s = continue_prompt(model, loaded.kv, longer, max_new_tokens)
+    reused = loaded.kv.shape[2]
+    return {
+        "prompt_tokens": len(longer),
+        "reused_tokens": reused,
+        "computed_tokens": len(longer) - reused,
+        "load_s": loaded.seconds,
+        "compute_s": compute_s,
+        "track_bytes": dict(loaded.finished.track_bytes),
+        "text": tokenizer.decode(generated),
+    }
+
+
+def _handler(answer: Callable[[dict[str, Any]], dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        """POST /generate with a JSON object; the answer or {"error": ...} as JSON."""
+
+        def do_POST(self) -> None:
+            if self.path != "/generate":
+                self._reply(404, {"error": "POST /generate"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+                request = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(request, dict):
+                    raise BadRequest("send a JSON object")
+                self._reply(200, answer(request))
+            except (BadRequest, json.JSONDecodeError) as exc:
+                self._reply(400, {"error": str(exc)})
+            except Exception as exc:  # the server stays up for the next request
+                self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+        def _reply(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode() + b"\n"
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+def keep_serving(
+    node: DecodeNode, model: torch.nn.Module, prompt: Sequence[int], tracks: Sequence[str]
+) -> None:
+    """Answer `POST /generate` (see `generate`) on a free loopback port until SIGTERM.
+
+    One request at a time (a plain HTTPServer): every load writes the same buffer slots.
+    """
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    answer = functools.partial(generate, node, model, prompt, tracks)
+    server = HTTPServer((HTTP_HOST, 0), _handler(answer))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    emit(
+        "serving",
+        http=f"{HTTP_HOST}:{server.server_port}",
+        tracks=list(tracks),
+        max_text_tokens=EXTENSION_TOKENS,
+        max_new_tokens=MAX_NEW_TOKENS,
+    )
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def serve(args: argparse.Namespace) -> None:
     emit("started")
     steps = Steps()
@@ -206,11 +321,13 @@ def serve(args: argparse.Namespace) -> None:
         allocate_shared_kv(*kv_dimensions(model.config), model.dtype, arrangement) as buffers,
     ):
         set_id = client.register_buffers(buffers.register_request(MODEL_NAME))
+        node = DecodeNode(client, buffers, set_id)
         try:
-            figures = decode(args, DecodeNode(client, buffers, set_id), model, steps)
+            emit("report", **decode(args, node, model, steps))
+            if args.keep:
+                keep_serving(node, model, pydoc_token_ids(args.tokens), args.tracks.split(","))
         finally:
             client.unregister_buffers(set_id)
-    emit("report", **figures)
 
 
 def main() -> None:
@@ -218,6 +335,9 @@ def main() -> None:
     parser.add_argument("--sidecar", required=True, help="the sidecar's API, unix://PATH")
     parser.add_argument("--tokens", type=int, required=True, help="the published prompt's length")
     parser.add_argument("--tracks", required=True, help="compressions to load, one at a time")
+    parser.add_argument(
+        "--keep", action="store_true", help="after the report, serve POST /generate until SIGTERM"
+    )
     serve(parser.parse_args())
 
 

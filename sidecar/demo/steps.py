@@ -55,38 +55,51 @@ class StepView:
             self._update(self._bars[event["step"]], event["completed"])
 
 
-def follow(child: Child, until: str, view: StepView, timeout: float) -> dict[str, Any]:
-    """Show `child`'s steps until it prints the event `until`; that event's fields.
+class Events:
+    """A model server's events, read from its stdout by one thread for the child's whole life.
 
-    `timeout` bounds the silence between two lines, not the whole wait: a long prefill
-    that reports progress is fine, a hung one is not. Call it once per child: it reads the
-    child's stdout to the end.
+    The demo waits for several events of one server in turn (the decode server's report, then
+    under `--keep` the address it serves on), and a pipe has one reader, so the reading
+    thread outlives each wait.
     """
-    stdout = child.process.stdout
-    assert stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
 
-    def read() -> None:
-        for line in stdout:
-            lines.put(line)
-        lines.put(None)
+    def __init__(self, child: Child, view: StepView, timeout: float) -> None:
+        self._child = child
+        self._view = view
+        self._timeout = timeout
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        stdout = child.process.stdout
+        assert stdout is not None
 
-    threading.Thread(target=read, daemon=True).start()
-    while True:
-        try:
-            line = lines.get(timeout=timeout)
-        except queue.Empty:
-            raise ChildFailed(
-                f"{child.name} silent for {timeout:.0f} s:\n{child.log_tail()}"
-            ) from None
-        if line is None:
-            child.process.wait(10)
-            raise ChildFailed(
-                f"{child.name} exited with {child.process.returncode}:\n{child.log_tail()}"
-            )
-        if not line.startswith("{"):
-            continue
-        event = json.loads(line)
-        if event["event"] == until:
-            return dict(event)
-        view.show(event)
+        def read() -> None:
+            for line in stdout:
+                self._lines.put(line)
+            self._lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def wait(self, until: str) -> dict[str, Any]:
+        """Show the server's steps until it prints the event `until`; that event's fields.
+
+        The timeout bounds the silence between two lines, not the whole wait: a long prefill
+        that reports progress is fine, a hung one is not.
+        """
+        child = self._child
+        while True:
+            try:
+                line = self._lines.get(timeout=self._timeout)
+            except queue.Empty:
+                raise ChildFailed(
+                    f"{child.name} silent for {self._timeout:.0f} s:\n{child.log_tail()}"
+                ) from None
+            if line is None:
+                child.process.wait(10)
+                raise ChildFailed(
+                    f"{child.name} exited with {child.process.returncode}:\n{child.log_tail()}"
+                )
+            if not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            if event["event"] == until:
+                return dict(event)
+            self._view.show(event)
