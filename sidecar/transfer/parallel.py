@@ -33,7 +33,6 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,91 +52,13 @@ from sidecar.transfer.subscriber import (
     LoadedChunk,
     LoadResult,
     RejectedChunk,
+    Share,
     StopReason,
-    _check_destination,
-    _Load,
-    _Source,
-    _Transfer,
 )
 
 WORKER_START_TIMEOUT = 120.0
 """Starting a worker imports torch and aioquic and opens a session: seconds on a busy box."""
 WORKER_STOP_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Share:
-    """Which part of a load one session takes: share `index` of `count`."""
-
-    index: int
-    count: int
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.index < self.count:
-            raise ValueError(f"share {self.index} of {self.count} does not exist")
-
-    def chunks(self, total: int) -> range:
-        """This share's chunks of `total`: contiguous, so each session's FETCHes walk its own
-        run of groups in order, and sizes differ by at most one chunk."""
-        return range(total * self.index // self.count, total * (self.index + 1) // self.count)
-
-
-class _ShareLoad(_Load):
-    """A subscriber load that starts at `first` (its source's `chunks` is where it stops)."""
-
-    def __init__(
-        self,
-        subscriber: KVSubscriber,
-        source: _Source,
-        destination: torch.Tensor | KVSink,
-        end: float,
-        quality_order: Sequence[str],
-        *,
-        first: int,
-    ) -> None:
-        super().__init__(subscriber, source, destination, end, quality_order)
-        self.first = first
-
-    async def _next(self, index: int) -> _Transfer | StopReason:
-        return await super()._next(max(index, self.first))
-
-
-async def load_share(
-    subscriber: KVSubscriber,
-    model: str,
-    token_ids: Sequence[int],
-    destination: torch.Tensor | KVSink,
-    deadline: float,
-    *,
-    share: Share,
-    quality_order: Sequence[str] = QUALITY_ORDER,
-) -> LoadResult:
-    """`subscriber.load(...)` restricted to `share` of the chunks it would bring.
-
-    `KVSubscriber.load` has no parameter for that yet, so this repeats its few lines around
-    a `_Load` that starts at the share's first chunk and stops after its last: the one place
-    outside subscriber.py that touches its private parts. With a `share` parameter on
-    `KVSubscriber.load` (and the destination checked at the share's first chunk) this
-    function becomes that call.
-    """
-    end = asyncio.get_running_loop().time() + deadline
-    try:
-        source = await asyncio.wait_for(subscriber._find(model, token_ids), max(deadline, 0.0))
-    except TimeoutError:
-        return LoadResult(None, 0, (), (), StopReason.DEADLINE)
-    if source is None:
-        return LoadResult(None, 0, (), (), StopReason.NOT_FOUND)
-    try:
-        assert source.feed.catalog is not None  # a found source has a catalog
-        # Every share checks the whole destination (a single load does at its chunk 0).
-        _check_destination(destination, source.feed.catalog, source.tokens)
-        chunks = share.chunks(source.chunks)
-        # `tokens` stays the whole prompt's: the result reports what the prompt covers.
-        part = _Source(source.feed, chunks.stop, source.tokens)
-        load = _ShareLoad(subscriber, part, destination, end, quality_order, first=chunks.start)
-        return await load.run()
-    finally:
-        await subscriber._feeds.release(source.feed)
 
 
 def merge_results(results: Sequence[LoadResult]) -> LoadResult:
@@ -177,14 +98,13 @@ async def load_parallel(
     count = len(subscribers)
     tasks = [
         asyncio.ensure_future(
-            load_share(
-                subscriber,
+            subscriber.load(
                 model,
                 token_ids,
                 destination,
                 deadline,
-                share=Share(index, count),
                 quality_order=quality_order,
+                share=Share(index, count),
             )
         )
         for index, subscriber in enumerate(subscribers)
@@ -406,8 +326,7 @@ async def _serve(args: argparse.Namespace) -> None:
             try:
                 if handle not in mapped:
                     mapped[handle] = open_shared_memory(handle, args.shm_root)
-                result = await load_share(
-                    subscriber,
+                result = await subscriber.load(
                     request["model"],
                     request["token_ids"],
                     mapped[handle],

@@ -125,6 +125,26 @@ class LoadResult:
         return spans[0].stop if spans and spans[0].start == 0 else 0
 
 
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Which part of a load's chunks one session takes: share `index` of `count`."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"share {self.index} of {self.count} does not exist")
+
+    def chunks(self, total: int) -> range:
+        """This share's chunks of `total`: contiguous, so each session's FETCHes walk its own
+        run of groups in order, and sizes differ by at most one chunk."""
+        return range(total * self.index // self.count, total * (self.index + 1) // self.count)
+
+
+WHOLE = Share(0, 1)
+
+
 @dataclass(slots=True)
 class _Source:
     """An open prompt to load from: its live catalog and the query chunks it matches."""
@@ -185,12 +205,15 @@ class KVSubscriber:
         deadline: float,
         *,
         quality_order: Sequence[str] = QUALITY_ORDER,
+        share: Share = WHOLE,
     ) -> LoadResult:
         """Load the KV of the longest available prefix of `token_ids` within `deadline` seconds.
 
         `destination` is a tensor `[layers, 2, >= tokens, kv_heads, head_dim]` (written at
         the tokens' positions, cast to its dtype) or a callback. `quality_order` (best first)
-        narrows the tracks the deadline rule may choose.
+        narrows the tracks the deadline rule may choose. `share` loads only that part of the
+        available chunks (`transfer.parallel` spreads one load over several sessions); the
+        result still reports what the prompt covers, and the destination must hold it all.
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
@@ -201,7 +224,8 @@ class KVSubscriber:
         if source is None:
             return LoadResult(None, 0, (), (), StopReason.NOT_FOUND)
         try:
-            return await _Load(self, source, destination, end, quality_order).run()
+            chunks = share.chunks(source.chunks)
+            return await _Load(self, source, chunks, destination, end, quality_order).run()
         finally:
             await self._feeds.release(source.feed)
 
@@ -297,6 +321,7 @@ class _Load:
         self,
         subscriber: KVSubscriber,
         source: _Source,
+        chunks: range,
         destination: torch.Tensor | KVSink,
         end: float,
         quality_order: Sequence[str],
@@ -304,6 +329,8 @@ class _Load:
         self.subscriber = subscriber
         self.session = subscriber.session
         self.source = source
+        self.chunks = chunks
+        """The source's chunks this load fetches (all of them unless it is a share)."""
         self.destination = destination
         self.end = end
         self.quality_order = quality_order
@@ -326,7 +353,7 @@ class _Load:
         return max(self.end - self.clock(), 0.0)
 
     async def run(self) -> LoadResult:
-        following = await self._next(0)
+        following = await self._next(self.chunks.start)
         try:
             while isinstance(following, _Transfer):
                 following = await self._step(following)
@@ -353,7 +380,7 @@ class _Load:
         )
         ready, after = self.source.feed.catalog, transfer.index + 1
         prefetched = None
-        if after < self.source.chunks and ready and ready.ready_chunks > after:
+        if after < self.chunks.stop and ready and ready.ready_chunks > after:
             prefetched = self._begin(ready, after)
         if await self._store(transfer, payloads):
             return prefetched or await self._next(after)
@@ -376,7 +403,7 @@ class _Load:
 
     async def _next(self, index: int) -> _Transfer | StopReason:
         """Chunk `index`'s transfer, once the catalog describes it; or why the load ends."""
-        if index == self.source.chunks:
+        if index == self.chunks.stop:
             return StopReason.COMPLETE
         feed = self.source.feed
         try:
@@ -385,7 +412,7 @@ class _Load:
             return StopReason.DEADLINE
         if catalog is None or catalog.ready_chunks <= index:
             return StopReason.CATALOG_INVALID if feed.error else StopReason.PUBLISHER_GONE
-        if index == 0:
+        if index == self.chunks.start:
             _check_destination(self.destination, catalog, self.source.tokens)
         return self._begin(catalog, index)
 
@@ -396,7 +423,7 @@ class _Load:
             catalog.chunk_bytes(index),
             self.subscriber.throughput.bytes_per_second,
             self.end - self.clock(),
-            self.source.chunks - index,
+            self.chunks.stop - index,
             [t for t in self.quality_order if t not in failed],
         )
         if track is None:
