@@ -1,9 +1,10 @@
 """Lookups and loads through independent draft-14 relays (tests/interop harness).
 
 The aiomoqt relay routes SUBSCRIBE and FETCH upstream like ours, so a load works through it
-unchanged. moq-rs (moq-ffi 0.4.18) forwards the `catalog` track and serves per-group FETCH
-from its cache, but its cache never holds a finished prompt's chunks; the xfail says why and
-what would change that (tests/interop/README.md, quirks 24-28).
+unchanged. A moq-rs relay (moq-ffi 0.4.18) forwards the `catalog` track and serves per-group
+FETCH only from its cache; it holds a finished prompt's chunks because our publisher replays a
+track's cached groups on a SUBSCRIBE from a moq-lite-rs peer (docs/wire-format.md, "Through
+relays"; tests/interop/README.md, quirks 24-28).
 """
 
 from __future__ import annotations
@@ -32,19 +33,7 @@ CHUNK = 16
 
 RELAYS = [
     pytest.param("aiomoqt", id="aiomoqt-relay"),
-    pytest.param(
-        "moqrs",
-        id="moqrs-relay",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="a finished prompt's tracks have ended, so our publisher answers the moq-rs "
-            "relay's Largest Object SUBSCRIBE with PUBLISH_DONE and nothing else; the relay then "
-            "holds each track as one with no groups (the catalog subscriber gets a lone "
-            "END_OF_TRACK status object) and answers every FETCH 0x4 without asking upstream. "
-            "Passes once api.Session replays a track's cached groups on a SUBSCRIBE from a "
-            "moq-lite-rs peer (tried: a patched copy loads the whole prompt); then drop this mark",
-        ),
-    ),
+    pytest.param("moqrs", id="moqrs-relay"),
 ]
 
 
