@@ -5,6 +5,14 @@ tracks, and a budget per track would let one busy track starve the others or let
 ones hold memory nobody reads. So the budget and the recency order are global here, keyed by
 (track, group), and each ``TrackCache`` is only the per-track store.
 
+A group counts as used when it begins (its first object) and whenever a reader takes it from
+the cache, not each time one more of its objects arrives. A publisher writes several group
+streams at once and QUIC interleaves them, so "latest object" would decide which of those
+groups goes by which stream QUIC happened to serve last: the newest group could be evicted
+half-way in (and the rest of it dropped) while older ones stayed. By when it began, the
+oldest goes first and the newest stay whole. The price: a group that takes long to arrive
+while many newer ones begin can be evicted before it is whole.
+
 The cache also remembers what it evicted (the most recent ``MAX_EVICTION_RECORDS``): per
 track the newest group, because a subscriber reading the cache behind the live edge must
 know whether a group it has not read yet was lost rather than never published; and each
@@ -52,17 +60,16 @@ class RelayCache:
         self._evicted_groups.pop(key, None)
         cache = self._tracks.get(track)
         if cache is None:
-            cache = self._tracks[track] = TrackCache(self.max_bytes)
+            # Twice the budget: a track holds at most the budget before an add, plus one
+            # object, so the per-track store never evicts by its own order; ours decides.
+            cache = self._tracks[track] = TrackCache(2 * self.max_bytes)
         self._groups.setdefault(track, set()).add(group_id)
         group = cache.group(group_id)
         replaced = group.objects.get(obj.object_id) if group is not None else None
-        for evicted in cache.add(group_id, obj):  # only when one track outgrows the budget
-            self._forget(track, evicted)
-        if track in self._tracks and group_id in cache:
-            extra = cost - (replaced.size + OBJECT_OVERHEAD if replaced is not None else 0)
-            self._charged[key] = self._charged.get(key, 0) + extra
-            self._charged.move_to_end(key)
-            self.size += extra
+        cache.add(group_id, obj)
+        extra = cost - (replaced.size + OBJECT_OVERHEAD if replaced is not None else 0)
+        self._charged[key] = self._charged.get(key, 0) + extra
+        self.size += extra
         self._evict()
 
     def mark_complete(self, track: FullTrackName, group_id: int) -> None:
@@ -74,11 +81,12 @@ class RelayCache:
         cache = self._tracks.get(track)
         return cache.largest if cache is not None else None
 
-    def group(self, track: FullTrackName, group_id: int) -> Group | None:
-        """A cached group, marked as recently used."""
+    def group(self, track: FullTrackName, group_id: int, *, touch: bool = True) -> Group | None:
+        """A cached group, marked as recently used unless ``touch`` is False (a read that
+        serves nobody from the cache, such as the live path closing a stream)."""
         cache = self._tracks.get(track)
         group = cache.group(group_id) if cache is not None else None
-        if group is not None:
+        if group is not None and touch:
             self._charged.move_to_end((track, group_id))
         return group
 

@@ -876,7 +876,9 @@ class Relay:
 
     def _write_group(self, sub: Downstream, group_id: int, subgroup: int | None = None) -> None:
         """Cached objects of a group the subscriber wants and lacks; FIN what upstream ended."""
-        group = self.cache.group(sub.track.name, group_id)
+        # A live subscriber got every object on the live path: reading the group only closes
+        # its stream, which is no use of the cache and must not keep the group over newer ones.
+        group = self.cache.group(sub.track.name, group_id, touch=not sub.live)
         if group is not None:
             for obj in group.ordered():
                 if (subgroup is None or obj.subgroup_id == subgroup) and sub.wants(

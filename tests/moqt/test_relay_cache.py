@@ -29,6 +29,29 @@ def test_the_least_recently_used_group_of_any_track_goes_first() -> None:
     assert cache.size == 3 * cost
 
 
+def test_groups_arriving_together_go_in_the_order_they_began() -> None:
+    """Four group streams interleaved, room for four objects: the two oldest go (the first
+    half-way in, its rest not kept), and the two newest stay whole. Were every object a use,
+    which groups stay would follow the order the streams were served in: here 0 and 2, and
+    the newest, 3, lost half-way."""
+    cache = RelayCache(4 * (100 + OBJECT_OVERHEAD))
+    for object_id in range(2):
+        for group in range(4):
+            cache.add(A, group, obj(object_id, 100))
+    assert cache.group_ids(A, 0) == [2, 3]
+    assert all(len(cache.group(A, g).objects) == 2 for g in (2, 3))  # type: ignore[union-attr]
+
+
+def test_a_read_that_does_not_touch_leaves_the_order_alone() -> None:
+    cost = 1000 + OBJECT_OVERHEAD
+    cache = RelayCache(2 * cost)
+    cache.add(A, 0, obj(0, 1000))
+    cache.add(A, 1, obj(0, 1000))
+    assert cache.group(A, 0, touch=False) is not None
+    cache.add(A, 2, obj(0, 1000))
+    assert cache.group_ids(A, 0) == [1, 2]
+
+
 def test_whole_groups_are_evicted_never_half_of_one() -> None:
     cache = RelayCache(4 * (100 + OBJECT_OVERHEAD))
     for group in range(3):
