@@ -117,8 +117,8 @@ class Job:
 
 
 def _job(args: argparse.Namespace) -> Job:
-    from sidecar.kvcache.codecs import parse_codec_names
     from sidecar.kvcache.errors import UnknownCodecError
+    from sidecar.kvcache.tracks import parse_codec_names
 
     if not 128 <= args.tokens <= 8192:
         raise SystemExit(f"kvmoq bench e2e: --tokens must be in 128..8192, got {args.tokens}")

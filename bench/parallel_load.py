@@ -103,8 +103,8 @@ class LoadMismatch(RuntimeError):
 
 
 def _job(args: argparse.Namespace) -> tuple[int, tuple[str, ...], tuple[int, ...]]:
-    from sidecar.kvcache.codecs import parse_codec_names
     from sidecar.kvcache.errors import UnknownCodecError
+    from sidecar.kvcache.tracks import parse_codec_names
 
     if args.tokens not in TOKEN_RANGE:
         raise SystemExit(f"kvmoq bench parallel: --tokens must be in 128..32768, not {args.tokens}")

@@ -62,10 +62,5 @@ def test_bench_parsers_import_their_module_only_when_chosen() -> None:
     assert not torch_loaded_after(code)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`kvmoq sidecar` registers its options from sidecar.service.config, which imports "
-    "sidecar.kvcache.codecs and sidecar.transfer.publisher (torch) at module level",
-)
 def test_full_parser_does_not_import_torch() -> None:
     assert not torch_loaded_after("from sidecar.cli import build_parser; build_parser()")

@@ -67,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> tuple[str, ...]:
-    from sidecar.kvcache.codecs import parse_codec_names
     from sidecar.kvcache.errors import UnknownCodecError
+    from sidecar.kvcache.tracks import parse_codec_names
 
     if not 128 <= args.tokens <= 8192:
         raise SystemExit(f"kvmoq demo: --tokens must be in 128..8192, got {args.tokens}")

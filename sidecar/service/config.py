@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.address import Address, parse_address
-from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
-from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS
+from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS, parse_codec_names
 
 ENV_PREFIX = "KVMOQ_"
 CONFIG_ENV = "KVMOQ_CONFIG"
@@ -55,19 +54,18 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def _track(text: str) -> str:
+def _tracks(text: str) -> tuple[str, ...]:
     try:
-        get_codec(text)
+        return parse_codec_names(text)
     except KVCodecError as exc:
         raise ValueError(str(exc)) from None
-    return text
 
 
-def _tracks(text: str) -> tuple[str, ...]:
-    tracks = tuple(_track(name.strip()) for name in text.split(",") if name.strip())
-    if not tracks:
-        raise ValueError("name at least one track")
-    return tracks
+def _track(text: str) -> str:
+    names = _tracks(text)
+    if len(names) != 1:
+        raise ValueError(f"name one track, got {text!r}")
+    return names[0]
 
 
 REQUIRED = object()

@@ -30,6 +30,7 @@ from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges
 from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count, chunk_links
 from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
+from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.log import get_logger
 from sidecar.moqt.api import MoqtApiError
 from sidecar.service.buffers import BufferSet, Placement
@@ -43,7 +44,7 @@ from sidecar.service.errors import (
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
 from sidecar.transfer.adapt import QUALITY_ORDER, choose_track
-from sidecar.transfer.publisher import DEFAULT_TRACK, DEFAULT_TRACKS, PublishedPrompt, PublishError
+from sidecar.transfer.publisher import PublishedPrompt, PublishError
 from sidecar.transfer.subscriber import (
     Availability,
     KVSink,

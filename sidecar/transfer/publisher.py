@@ -38,13 +38,9 @@ from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_count, prompt_id
+from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.moqt.api import PublishedTrack, Publisher
 from sidecar.moqt.model import FullTrackName, TrackObject
-
-DEFAULT_TRACKS: tuple[str, ...] = ("fp16", "int8", "ac", "int4")
-"""A spread the deadline rule can choose from: near-lossless, 8 bits, ~3 bits, 4 bits."""
-DEFAULT_TRACK = "int8"
-"""Encoded eagerly: the usual choice on a datacenter link (see transfer.adapt)."""
 
 REVISION_INTERVAL = 0.1
 """Seconds between catalog revisions while chunks come faster (the complete one is always

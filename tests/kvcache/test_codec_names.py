@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.kvcache.codecs import CODEC_NAMES, parse_codec_names
+from sidecar.kvcache.tracks import CODEC_NAMES, parse_codec_names
 from sidecar.kvcache.errors import UnknownCodecError
 
 
