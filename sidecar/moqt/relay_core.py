@@ -885,10 +885,14 @@ class Relay:
                     Location(group_id, obj.object_id)
                 ):
                     self._write(sub, group_id, obj)
+        # Off the live path the objects a stream lacks come from the cache alone: with the
+        # group evicted they are gone, and once the subscription is ending (too far behind)
+        # none are written; a FIN would then pass the cut-short group off as whole.
+        lost = not sub.live and (group is None or sub.ending)
         live = set(sub.track.live_streams.values())
         for key in [k for k in sub.streams if k[0] == group_id and k not in live]:
             if subgroup is None or key[1] == subgroup:
-                self._end_stream(sub, key, reset=False)
+                self._end_stream(sub, key, reset=lost)
 
     def _end_stream(self, sub: Downstream, key: tuple[int, int], reset: bool) -> None:
         if not sub.live:

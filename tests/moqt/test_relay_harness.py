@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from sidecar.address import free_udp_port
 from sidecar.moqt import transport
 from sidecar.moqt.events import (
+    DataStreamEnded,
     MoqtEvent,
     ObjectReceived,
     RequestAccepted,
@@ -182,7 +183,8 @@ async def send_groups(
 
 
 async def _subscribe_and_report(url: str, ca: str, namespace: str, name: str) -> None:
-    """Subscribe to one track and print JSON lines: ready, then how the subscription ended."""
+    """Subscribe to one track and print JSON lines: ready, then how the subscription ended
+    and how many objects each group brought on the streams that ended with FIN."""
     client = Client()
     settings = QuicSettings.loopback(ca_file=Path(ca))
     async with transport.connect(url, settings, client.attach):
@@ -193,7 +195,14 @@ async def _subscribe_and_report(url: str, ca: str, namespace: str, name: str) ->
         print(json.dumps({"event": "ready"}), flush=True)
         await client.until(lambda: bool(client.of(SubscriptionEnded)), timeout=120)
         ended = client.of(SubscriptionEnded)[0]
-        print(json.dumps({"event": "ended", "status": ended.message.status_code}), flush=True)
+        await asyncio.sleep(0.5)  # streams may end after PUBLISH_DONE arrived
+        fin = {e.stream_id for e in client.of(DataStreamEnded)}
+        finished: dict[int, int] = {}  # group -> objects, of the streams that ended with FIN
+        for obj in client.objects(request_id):
+            if obj.stream_id in fin:
+                finished[obj.group_id] = finished.get(obj.group_id, 0) + 1
+        report = {"event": "ended", "status": ended.message.status_code, "finished": finished}
+        print(json.dumps(report), flush=True)
 
 
 if __name__ == "__main__":
