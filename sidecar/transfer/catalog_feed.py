@@ -9,20 +9,39 @@ relay swapping digests mid-load must not get a say in what is verified next).
 
 Where a relay refuses the FETCH (moq-rs serves only what it caches), the subscription alone
 is used: such relays start a new subscriber at the group in progress.
+
+`PublishedPrompts` reads catalogs with no load in view: those of the prompts a relay
+announces under a model's prefix, so that the prefix index knows prompts that no query's own
+links name (a longer prompt sharing the query's first chunks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 
 from sidecar.kvcache.catalog import Catalog, CatalogError
-from sidecar.kvcache.naming import CATALOG_TRACK, PromptName
+from sidecar.kvcache.naming import CATALOG_TRACK, NamingError, PromptName, namespace_prefix
+from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex
 from sidecar.log import get_logger
-from sidecar.moqt.api import MoqtApiError, RequestRefused, Session, Subscription
+from sidecar.moqt.api import Announcement, MoqtApiError, RequestRefused, Session, Subscription
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
 
 log = get_logger(__name__)
+
+MAX_ANNOUNCED = 4096
+"""Announced prompts one subscriber keeps track of, the oldest forgotten first. Each costs a
+catalog read when announced and a few bytes after; the links go to the `PrefixIndex`,
+which has a cap of its own."""
+MAX_CATALOG_READS = 4
+"""Catalogs of announced prompts read at once (a SUBSCRIBE and a FETCH each): a burst of
+announcements, such as the relay's list right after SUBSCRIBE_NAMESPACE, queues behind
+these instead of competing with loads for the relay."""
+MAX_FOLLOWED_MODELS = 16
+"""Model prefixes one session follows; our relay lets a peer follow 64 prefixes."""
+CATALOG_READ_TIMEOUT = 5.0
+"""A catalog read that has brought no revision by then is given up (a silent publisher)."""
 
 
 class CatalogFeed:
@@ -165,3 +184,156 @@ class CatalogFeeds:
             closing = asyncio.ensure_future(task.result().close())
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
+
+
+class PublishedPrompts:
+    """The prompts a relay announces under each followed model's prefix, read into an index.
+
+    `follow(model)` sends SUBSCRIBE_NAMESPACE for `("kvcache.moq.arpa/v1", model)`; the relay
+    answers with every prompt already published, then each one published or withdrawn. The
+    catalog of each announced prompt is read once, a few at a time, and its links go into
+    the `PrefixIndex`: the first revision already carries every link, so the read stops
+    there. A withdrawal (PUBLISH_NAMESPACE_DONE, which the relay also sends when the
+    publisher's session ends) removes the prompt from the index, and the subscriber probes
+    it no more until it is announced again: a relay still answers a SUBSCRIBE for a catalog
+    it caches, so a probe alone would offer a withdrawn prompt whose chunks may be gone.
+
+    A relay that refuses the subscription (or never answers it) is only logged: the
+    subscriber then finds prompts by probing the query's links, as it always can.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        feeds: CatalogFeeds,
+        index: PrefixIndex,
+        *,
+        max_prompts: int = MAX_ANNOUNCED,
+    ) -> None:
+        """`feeds` are the subscriber's own: a catalog read and a lookup of the same prompt
+        share one subscription (draft-14 allows one per track and session)."""
+        if max_prompts < 1:
+            raise ValueError("max_prompts must be at least 1")
+        self._session = session
+        self._feeds = feeds
+        self._index = index
+        self._max_prompts = max_prompts
+        self._complete: OrderedDict[PromptName, bool] = OrderedDict()
+        """Announced and not withdrawn, oldest first: whether the catalog read was complete."""
+        self._unread: OrderedDict[PromptName, None] = OrderedDict()
+        """Tracked prompts whose catalog is still to be read, oldest first."""
+        self._withdrawn: OrderedDict[PromptName, None] = OrderedDict()
+        """Withdrawn and not announced again, the newest `max_prompts` of them."""
+        self._reading: dict[PromptName, asyncio.Task[None]] = {}
+        self._followed: dict[str, asyncio.Task[None]] = {}
+        """Every model asked for, once per session: a relay that refused is not asked again."""
+
+    def __len__(self) -> int:
+        return len(self._complete)
+
+    def __contains__(self, prompt: object) -> bool:
+        return prompt in self._complete
+
+    def follow(self, model: str) -> None:
+        """Start hearing of `model`'s prompts, unless already done or too many models are;
+        `NamingError` for a model name no namespace can hold."""
+        if model not in self._followed and len(self._followed) < MAX_FOLLOWED_MODELS:
+            prefix = namespace_prefix(model)
+            self._followed[model] = asyncio.ensure_future(self._follow(model, prefix))
+
+    def vouches_for(self, prompt: PromptName) -> bool:
+        """Whether the relay announces `prompt` now and its catalog, when read, described
+        every chunk: a lookup may then report it whole without asking the relay again."""
+        return self._complete.get(prompt, False)
+
+    def seen(self, catalog: Catalog) -> None:
+        """A catalog was read, here or by a lookup's probe: its prompt, if announced now, is
+        vouched for once a revision describes every chunk. Prompts are announced before
+        prefill ends, so the background read usually sees an incomplete catalog, and the
+        first lookup after prefill confirms it."""
+        if catalog.name in self._complete:
+            self._complete[catalog.name] = catalog.complete
+
+    def withdrawn(self, prompt: PromptName) -> bool:
+        """Whether the relay withdrew `prompt` (and has not announced it again)."""
+        return prompt in self._withdrawn
+
+    async def _follow(self, model: str, prefix: tuple[bytes, bytes]) -> None:
+        try:
+            announcements = await self._session.subscribe_namespace(prefix)
+        except (MoqtApiError, ConnectionError, TimeoutError) as exc:
+            log.info("announcements_unavailable", model=model, reason=str(exc) or repr(exc))
+            return
+        try:
+            async for announcement in announcements:
+                self._heard(announcement)
+        except (MoqtApiError, ConnectionError) as exc:
+            log.info("announcements_lost", model=model, reason=str(exc))
+        finally:
+            self._forget(model)
+
+    def _heard(self, announcement: Announcement) -> None:
+        try:
+            prompt = PromptName.from_namespace(announcement.namespace)
+        except NamingError:
+            return  # under the model's prefix, yet no prompt's namespace: not ours to index
+        if not announcement.published:
+            self._drop(prompt)
+            self._index.remove(prompt)
+            self._withdrawn[prompt] = None
+            if len(self._withdrawn) > self._max_prompts:
+                self._withdrawn.popitem(last=False)
+        elif prompt not in self._complete:
+            self._withdrawn.pop(prompt, None)
+            self._complete[prompt] = False
+            if prompt not in self._reading:
+                self._unread[prompt] = None
+            while len(self._complete) > self._max_prompts:
+                self._drop(next(iter(self._complete)))
+            self._read_next()
+
+    def _drop(self, prompt: PromptName) -> None:
+        """Stop tracking a prompt; a read in flight for it then indexes nothing."""
+        self._complete.pop(prompt, None)
+        self._unread.pop(prompt, None)
+
+    def _forget(self, model: str) -> None:
+        """The model's announcements stopped: no withdrawal (nor announcement) will be heard,
+        so none of its prompts is vouched for, nor ruled out, any more (the index keeps them;
+        lookups probe them)."""
+        for prompt in [p for p in self._complete if p.model == model]:
+            self._drop(prompt)
+        for prompt in [p for p in self._withdrawn if p.model == model]:
+            del self._withdrawn[prompt]
+
+    def _read_next(self) -> None:
+        while self._unread and len(self._reading) < MAX_CATALOG_READS:
+            prompt, _ = self._unread.popitem(last=False)
+            task = self._reading[prompt] = asyncio.ensure_future(self._read(prompt))
+            task.add_done_callback(lambda task, done=prompt: self._read_done(done, task))
+
+    def _read_done(self, prompt: PromptName, task: asyncio.Task[None]) -> None:
+        del self._reading[prompt]
+        if not task.cancelled():  # cancelled: the event loop is closing, start nothing
+            self._read_next()
+
+    async def _read(self, prompt: PromptName) -> None:
+        try:
+            feed = await self._feeds.acquire(prompt)
+        except (MoqtApiError, ConnectionError, TimeoutError) as exc:
+            log.info("announced_catalog_unread", prompt=prompt.prompt_id, reason=str(exc))
+            return
+        try:
+            catalog = await asyncio.wait_for(feed.wait_ready(0), CATALOG_READ_TIMEOUT)
+        except TimeoutError:
+            catalog = None
+        finally:
+            await self._feeds.release(feed)
+        if catalog is None or prompt not in self._complete:
+            return
+        try:
+            self._index.add_catalog(catalog)
+        except ChunkSizeLimitError as exc:
+            log.info("catalog_not_indexed", prompt=prompt.prompt_id, reason=str(exc))
+            return
+        self.seen(catalog)

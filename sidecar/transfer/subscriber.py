@@ -3,10 +3,15 @@
 `KVSubscriber` wraps one `moqt.api.Session` (to a relay, or straight to a publisher):
 
 * `lookup(model, token_ids)` says how many leading tokens some published prompt holds,
-  without moving any KV: the prefix index (links of every catalog seen) names prompts that
-  share leading chunks, and the query's own hash-chain links name every prompt that would be
-  a chunk-aligned prefix of it. Candidates are probed, most tokens first, by subscribing to
-  their catalogs; the catalog of the best one that answers confirms how much it covers.
+  without moving any KV. The prefix index (links of every catalog seen) names prompts that
+  share leading chunks, longer ones included; the first lookup of a model makes it follow
+  the model's announcements (`PublishedPrompts`), so it learns every catalog the relay
+  announces, not only those a load read. The query's own hash-chain links name every prompt
+  that would be a chunk-aligned prefix of it. Candidates are probed, most tokens first, by
+  subscribing to their catalogs; the catalog of the best one that answers confirms how much
+  it covers. Only when the index's best match is a prompt announced now whose catalog was
+  complete, and no link of the query beyond it could name a longer one, does the lookup
+  answer with no request at all.
 * `load(model, token_ids, destination, deadline)` then fetches chunk after chunk, one FETCH
   per group (the only FETCH moq-rs accepts), choosing the track of each from the throughput
   measured over this subscriber's loads so the whole load meets the deadline
@@ -34,12 +39,12 @@ from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
 from sidecar.kvcache.naming import PromptName, chunk_links
-from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex
+from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
 from sidecar.log import get_logger
 from sidecar.moqt.api import FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
-from sidecar.transfer.catalog_feed import CatalogFeed, CatalogFeeds
+from sidecar.transfer.catalog_feed import MAX_ANNOUNCED, CatalogFeed, CatalogFeeds, PublishedPrompts
 
 log = get_logger(__name__)
 
@@ -164,11 +169,13 @@ class KVSubscriber:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         index: PrefixIndex | None = None,
         throughput: ThroughputEstimate | None = None,
+        max_announced: int = MAX_ANNOUNCED,
     ) -> None:
         """`chunk_size` is the one configured for the models looked up (the query's links
         are probed with it); `index` may be shared by several subscribers of one process;
         `throughput` seeds the estimate, e.g. with the one of an earlier session to the
-        same relay, so that a new session does not start again from the prior."""
+        same relay, so that a new session does not start again from the prior;
+        `max_announced` bounds the announced prompts tracked (`PublishedPrompts`)."""
         self.session = session
         self.chunk_size = chunk_size
         self.index = index or PrefixIndex()
@@ -178,15 +185,37 @@ class KVSubscriber:
         first chunks on the biggest track and miss a tight deadline. Concurrent loads
         share it, as they share the link."""
         self._feeds = CatalogFeeds(session)
+        self.announced = PublishedPrompts(
+            session, self._feeds, self.index, max_prompts=max_announced
+        )
+        """The prompts the relay announces for each model looked up, catalogs indexed.
+        Followed by lookups only: a load (`transfer.parallel` runs many, one per session)
+        uses what the index knows and would otherwise read every catalog once per session."""
 
     async def lookup(
         self, model: str, token_ids: Sequence[int], *, timeout: float = LOOKUP_TIMEOUT
     ) -> Availability:
-        """How many leading tokens of `token_ids` a published prompt of `model` holds."""
+        """How many leading tokens of `token_ids` a published prompt of `model` holds.
+
+        The first lookup of a model starts following its announcements; what they bring
+        serves the lookups after it (this one probes, as every lookup can)."""
+        self.announced.follow(model)
         try:
-            source = await asyncio.wait_for(self._find(model, token_ids), timeout)
+            return await asyncio.wait_for(self._available(model, token_ids), timeout)
         except TimeoutError:
             return Availability(None, 0, 0)
+
+    async def _available(self, model: str, token_ids: Sequence[int]) -> Availability:
+        known = self.index.lookup(model, token_ids)
+        if known is not None and self.announced.vouches_for(known.prompt):
+            # Only a longer prompt named by the query's links (announced too recently for
+            # the index to know it) could beat the one the announcements vouch for.
+            longer = self._links_beyond(model, token_ids, known.tokens)
+            source = await self._probe(longer, token_ids, None)
+            if source is None:
+                return Availability(known.prompt, known.tokens, known.tokens)
+        else:
+            source = await self._find(model, token_ids, known)
         if source is None:
             return Availability(None, 0, 0)
         try:
@@ -218,7 +247,8 @@ class KVSubscriber:
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         try:
-            source = await asyncio.wait_for(self._find(model, token_ids), max(deadline, 0.0))
+            find = self._find(model, token_ids, self.index.lookup(model, token_ids))
+            source = await asyncio.wait_for(find, max(deadline, 0.0))
         except TimeoutError:
             return LoadResult(None, 0, (), (), StopReason.DEADLINE)
         if source is None:
@@ -231,26 +261,41 @@ class KVSubscriber:
 
     # Finding the prompt -----------------------------------------------------------------
 
-    async def _find(self, model: str, token_ids: Sequence[int]) -> _Source | None:
+    async def _find(
+        self, model: str, token_ids: Sequence[int], known: PrefixMatch | None
+    ) -> _Source | None:
         """The open prompt that covers the most leading tokens of the query.
 
-        Candidates, most tokens first: the prefix index's best match, and every prompt that
-        would be a chunk-aligned prefix of the query (named by the query's own links). They
-        are probed by subscribing to their catalogs, a batch at a time: SUBSCRIBE is the one
-        request every relay routes (moq-rs refuses TRACK_STATUS; aiomoqt answers it in a
-        form draft-14 parsers reject).
+        Candidates, most tokens first: the prefix index's best match (`known`), and every
+        prompt that would be a chunk-aligned prefix of the query (named by the query's own
+        links) and cover more than it. They are probed by subscribing to their catalogs, a
+        batch at a time: SUBSCRIBE is the one request every relay routes (moq-rs refuses
+        TRACK_STATUS; aiomoqt answers it in a form draft-14 parsers reject).
         """
-        known = self.index.lookup(model, token_ids)
-        beyond = known.tokens if known else 0
-        links = chunk_links(token_ids, self.chunk_size)
-        candidates = {
-            PromptName(model, links[i].hex()): min((i + 1) * self.chunk_size, len(token_ids))
-            for i in range(len(links))
-        }
-        candidates = {prompt: tokens for prompt, tokens in candidates.items() if tokens > beyond}
+        candidates = self._links_beyond(model, token_ids, known.tokens if known else 0)
         if known is not None:
             candidates[known.prompt] = known.tokens
-        ordered = sorted(candidates, key=candidates.__getitem__, reverse=True)
+        return await self._probe(candidates, token_ids, known)
+
+    def _links_beyond(
+        self, model: str, token_ids: Sequence[int], tokens: int
+    ) -> dict[PromptName, int]:
+        """The prompts the query's links name that would cover more than `tokens` of it."""
+        links = chunk_links(token_ids, self.chunk_size)
+        named = (
+            (PromptName(model, links[i].hex()), min((i + 1) * self.chunk_size, len(token_ids)))
+            for i in range(len(links))
+        )
+        return {prompt: covered for prompt, covered in named if covered > tokens}
+
+    async def _probe(
+        self, candidates: dict[PromptName, int], token_ids: Sequence[int], known: PrefixMatch | None
+    ) -> _Source | None:
+        """The candidate (prompt: tokens it would cover) that covers the most and answers,
+        its feed open; `known` leaves the index if it does not answer. A prompt the relay
+        withdrew is not asked for: the relay may still serve its catalog from its cache."""
+        offered = [p for p in candidates if not self.announced.withdrawn(p)]
+        ordered = sorted(offered, key=candidates.__getitem__, reverse=True)
         for start in range(0, len(ordered), PROBE_BATCH):
             batch = ordered[start : start + PROBE_BATCH]
             opened = await asyncio.gather(
@@ -295,6 +340,8 @@ class KVSubscriber:
             self.index.add_catalog(catalog)
         except ChunkSizeLimitError as exc:
             log.info("catalog_not_indexed", prompt=catalog.name.prompt_id, reason=str(exc))
+        else:
+            self.announced.seen(catalog)
         return _shared_chunks(catalog, token_ids)
 
 
