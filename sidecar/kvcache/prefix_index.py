@@ -1,7 +1,9 @@
 """Which published prompt holds the longest prefix of a new prompt, from hash-chain links alone.
 
-A subscriber learns prompts from catalogs (every link of the chain) and from namespace
-announcements (the prompt id, which is only the last link). Since link i commits to chunks
+A subscriber learns prompts from their catalogs (every link of the chain): those it read, and
+those of prompts announced to it (`transfer.catalog_feed.PublishedPrompts` reads them). A
+namespace alone is no use here: its prompt id is only the last link, which probing the query's
+own links finds as well. Since link i commits to chunks
 0..i, a query whose link i equals a known link shares its first i + 1 chunks with that prompt,
 so the index is a plain map from link to the prompts that hold it; no KV, token id or prompt
 text is needed or stored.
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from .catalog import Catalog
 from .errors import KVCodecError
-from .naming import MAX_CHUNKS, PromptName, check_chunk_size, chunk_links
+from .naming import MAX_CHUNKS, PromptName, chunk_links
 
 DEFAULT_MAX_LINKS = 1 << 20
 MAX_CHUNK_SIZES_PER_MODEL = 4
@@ -71,15 +73,6 @@ class PrefixIndex:
     def add_catalog(self, catalog: Catalog) -> None:
         """Learn every link of a catalog (any revision: the links are all there from the first)."""
         self._add(catalog.name, _Entry(catalog.chunk_size, catalog.chunk_hashes))
-
-    def add_announced(self, name: PromptName, chunk_size: int) -> None:
-        """Learn a prompt from its namespace alone: only a query that reaches its last link
-        matches. The namespace does not carry the chunk size, so the caller supplies the one
-        configured for the model. A prompt already known from its catalog keeps its links.
-        """
-        check_chunk_size(chunk_size)
-        known = self._entries.get(name)
-        self._add(name, known or _Entry(chunk_size, (bytes.fromhex(name.prompt_id),)))
 
     def remove(self, name: PromptName) -> None:
         """Forget a prompt (its namespace was withdrawn); unknown names are ignored."""

@@ -71,30 +71,13 @@ def test_the_chunk_size_that_covers_more_wins() -> None:
     assert index.lookup("m", list(range(8))) == PrefixMatch(name(list(range(8)), 8), 8, 1, 8)
 
 
-def test_announced_prompts_match_only_through_their_last_link() -> None:
-    index = PrefixIndex()
-    published = list(range(8))
-    index.add_announced(name(published), chunk_size=4)
-    assert index.lookup("m", published) == PrefixMatch(name(published), 4, 2, 8)
-    assert index.lookup("m", [*published, 1, 2]) == PrefixMatch(name(published), 4, 2, 8)
-    assert index.lookup("m", published[:4]) is None
-
-
-def test_a_catalog_keeps_its_links_when_announced_again() -> None:
-    index = PrefixIndex()
-    index.add_catalog(catalog(list(range(8))))
-    index.add_announced(name(list(range(8))), chunk_size=4)
-    assert index.lookup("m", list(range(4))) == PrefixMatch(name(list(range(8))), 4, 1, 4)
-    assert len(index) == 1
-
-
 def test_the_most_recently_learned_prompt_wins_a_tie() -> None:
     index = PrefixIndex()
     first, second = [*range(4), 7], [*range(4), 8]
     index.add_catalog(catalog(first))
     index.add_catalog(catalog(second))
     assert index.lookup("m", list(range(4))).prompt == name(second)  # type: ignore[union-attr]
-    index.add_announced(name(first), chunk_size=4)
+    index.add_catalog(catalog(first))
     assert index.lookup("m", list(range(4))).prompt == name(first)  # type: ignore[union-attr]
 
 
@@ -129,14 +112,14 @@ def test_chunk_sizes_per_model_are_bounded() -> None:
     with pytest.raises(ChunkSizeLimitError):
         index.add_catalog(catalog([1, 2], MAX_CHUNK_SIZES_PER_MODEL + 1))
     with pytest.raises(ChunkSizeLimitError):
-        index.add_announced(name([5, 6], 9), chunk_size=9)
+        index.add_catalog(catalog([5, 6], 9))
     assert index.lookup("m", [5, 6]) is None
     # The bound is per model, and a chunk size is free again once its last prompt is gone.
     index.add_catalog(catalog([1, 2], 9, model="other"))
     index.add_catalog(catalog([3, 4], 1))
     index.remove(name([1, 2], 1))
     index.remove(name([3, 4], 1))
-    index.add_announced(name([5, 6], 9), chunk_size=9)
+    index.add_catalog(catalog([5, 6], 9))
     assert index.lookup("m", [5, 6]) == PrefixMatch(name([5, 6], 9), 9, 1, 2)
 
 
@@ -151,7 +134,6 @@ class Published:
     model: str
     tokens: tuple[int, ...]
     chunk_size: int
-    announced_only: bool
 
 
 def reference_tokens(p: Published, query: list[int]) -> int:
@@ -163,8 +145,6 @@ def reference_tokens(p: Published, query: list[int]) -> int:
         == query[shared * cs : (shared + 1) * cs]
     ):
         shared += 1
-    if p.announced_only and shared < chunk_count(len(p.tokens), cs):
-        return 0
     return min(shared * cs, len(query))
 
 
@@ -173,7 +153,6 @@ published_prompts = st.builds(
     st.sampled_from(["a", "b"]),
     st.lists(st.integers(0, 1), min_size=1, max_size=12).map(tuple),
     st.sampled_from([2, 3]),
-    st.booleans(),
 )
 
 
@@ -188,16 +167,8 @@ def test_lookup_agrees_with_a_reference_on_the_tokens(
 ) -> None:
     index = PrefixIndex()
     for p in prompts:
-        if p.announced_only:
-            index.add_announced(name(list(p.tokens), p.chunk_size, p.model), p.chunk_size)
-        else:
-            index.add_catalog(catalog(list(p.tokens), p.chunk_size, p.model))
-    # A prompt learned both ways keeps the links of its catalog, whatever the order.
-    learned: dict[PromptName, Published] = {}
-    for p in prompts:
-        key = name(list(p.tokens), p.chunk_size, p.model)
-        if key not in learned or learned[key].announced_only:
-            learned[key] = p
+        index.add_catalog(catalog(list(p.tokens), p.chunk_size, p.model))
+    learned = {name(list(p.tokens), p.chunk_size, p.model): p for p in prompts}
     best = max(
         (reference_tokens(p, query) for p in learned.values() if p.model == model), default=0
     )
