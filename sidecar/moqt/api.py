@@ -46,6 +46,7 @@ from sidecar.moqt.messages import (
     StandaloneFetch,
     Subscribe,
     SubscriptionFilter,
+    fetch_end,
 )
 from sidecar.moqt.model import FullTrackName, Location, ObjectStatus, TrackCache, TrackObject
 from sidecar.moqt.quic_backend import MiB, QuicSettings
@@ -495,6 +496,7 @@ class FetchStream(_ObjectQueue):
         self.session = session
         self.request_id = request_id
         self.end_location: Location | None = None
+        """FETCH_OK's End Location, in FETCH's encoding: the last object + 1 (0: whole group)."""
 
     async def cancel(self) -> None:
         if not self.finished:
@@ -847,8 +849,12 @@ class Session:
             moqt.reject(message.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
             return
         group_id, last = objects[-1]
-        end = Location(group_id, last.object_id)
-        moqt.fetch_ok(message.request_id, end, end_of_track=track.ended and end == track.largest)
+        final = Location(group_id, last.object_id)
+        moqt.fetch_ok(
+            message.request_id,
+            fetch_end(objects),
+            end_of_track=track.ended and final == track.largest,
+        )
         self._spawn(message.request_id, self._serve_fetch(message.request_id, objects))
 
     def _fetch_window(

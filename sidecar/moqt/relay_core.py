@@ -48,6 +48,7 @@ from .messages import (
     SubscribeOk,
     SubscriptionFilter,
     TrackStatusOk,
+    fetch_end,
 )
 from .model import FullTrackName, GroupOrder, Location, TrackObject
 from .relay_cache import RelayCache
@@ -596,10 +597,9 @@ class Relay:
         if not objects:
             session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing cached")
             return
-        group_id, last = objects[-1]
         session.fetch_ok(
             fetch.request_id,
-            Location(group_id, last.object_id),
+            fetch_end(objects),
             group_order=GroupOrder.DESCENDING if fetch.descending else GroupOrder.ASCENDING,
         )
         groups = deque(dict.fromkeys(g for g, _ in objects))

@@ -166,7 +166,7 @@ def test_fetch_past_objects_and_refusals(settings: QuicSettings, cert: Certifica
             api.connect(url, settings) as session,
         ):
             whole = await session.fetch(TRACK, Location(1, 4), end_group=2)
-            assert whole.end_location == Location(2, 5)
+            assert whole.end_location == Location(2, 6)
             expected = [(1, 4), (1, 5)] + [(2, o) for o in range(6)]
             assert_objects(await read_all(whole), expected)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sidecar.moqt import messages as m
 from sidecar.moqt.errors import DecodeError, MoqtError, NeedMoreData
-from sidecar.moqt.model import FullTrackName, GroupOrder, Location
+from sidecar.moqt.model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
 from sidecar.moqt.wire import encode_varint
 
 from .strategies import MESSAGE_STRATEGIES, messages
@@ -213,3 +213,11 @@ def test_filter_fields_must_match_type() -> None:
         m.SubscriptionFilter(m.FilterType.ABSOLUTE_START)
     with pytest.raises(ValueError):
         m.SubscriptionFilter(m.FilterType.LARGEST_OBJECT, Location(0, 0))
+
+
+def test_fetch_end_is_one_past_the_last_object_that_is_not_an_end_marker() -> None:
+    content = [(4, TrackObject(0, b"a")), (5, TrackObject(0, b"b")), (5, TrackObject(1, b"c"))]
+    assert m.fetch_end(content) == Location(5, 2)
+    marker = TrackObject(2, b"", status=ObjectStatus.END_OF_GROUP)
+    assert m.fetch_end([*content, (5, marker)]) == Location(5, 2)
+    assert m.fetch_end([(5, marker)]) == Location(5, 3)

@@ -33,6 +33,7 @@ from .fetch import (
     FetchType,
     JoiningFetch,
     StandaloneFetch,
+    fetch_end,
 )
 from .namespace import (
     PublishNamespace,
@@ -108,4 +109,5 @@ __all__ = [
     "Unsubscribe",
     "UnsubscribeNamespace",
     "decode_control",
+    "fetch_end",
 ]

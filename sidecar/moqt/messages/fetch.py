@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Self
 
 from ..errors import DecodeError
-from ..model import FullTrackName, GroupOrder, Location
+from ..model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
 from ..wire import (
     Reader,
     encode_location,
@@ -117,9 +118,28 @@ class Fetch(ControlMessage):
         return cls(request_id, target, priority, group_order, Parameters.decode(reader))
 
 
+_MARKERS = (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK)
+
+
+def fetch_end(objects: Sequence[tuple[int, TrackObject]]) -> Location:
+    """FETCH_OK's End Location for a response of `objects` (group id, object), in order.
+
+    Counted from the last object that is not an end marker: moq-rs drops END_OF_GROUP and
+    END_OF_TRACK status objects before it checks a fetch against its End, so an End that
+    counts aiomoqt's trailing END_OF_GROUP object fails there as "ended early".
+    """
+    content = [(group, obj) for group, obj in objects if obj.status not in _MARKERS]
+    group, last = (content or objects)[-1]
+    return Location(group, last.object_id + 1)
+
+
 @_register
 @dataclass(frozen=True, slots=True)
 class FetchOk(ControlMessage):
+    """`end` is in FETCH's own End Location encoding: the last object covered + 1, object 0
+    for a whole group (draft-14 says "the largest object covered", draft-19 spells out the
+    encoding; moq-rs and aiomoqt both read and write it so). `fetch_end` makes it."""
+
     TYPE: ClassVar[int] = 0x18
 
     request_id: int

@@ -1,4 +1,5 @@
-"""moq-rs fetcher: fetches groups 0..N-1 one by one (moq-rs fetches whole single groups only).
+"""moq-rs fetcher: fetches groups 0..N-1 one by one (moq-rs fetches whole single groups only),
+subscribed to the track meanwhile (tests/interop/test_moqrs_fetch_via_relay.py says why).
 
 Run once a subscriber has pulled the track through the relay. As with the moq-rs subscriber,
 the object ID printed is the frame's position in its group. Exits 0 after groups x objects
@@ -24,17 +25,20 @@ async def fetch(args: argparse.Namespace) -> None:
     received = 0
     async with client:
         broadcast = await client.announced_broadcast(args.namespace)
-        emit("ready")
-        for sequence in range(args.groups):
-            try:
-                group = await broadcast.fetch_group(args.track, sequence)
-            except moq.Error as error:
-                fail(f"fetch of group {sequence} refused: {error!r}")
-            obj = 0
-            async for frame in group:
-                emit("object", **object_record(sequence, obj, frame.payload))
-                obj += 1
-            received += obj
+        # fetch_group subscribes for the call only and drops the group's FETCH stream with
+        # that subscription if it is still arriving; holding one keeps every group whole.
+        async with await broadcast.subscribe_track(args.track):
+            emit("ready")
+            for sequence in range(args.groups):
+                try:
+                    group = await broadcast.fetch_group(args.track, sequence)
+                except moq.Error as error:
+                    fail(f"fetch of group {sequence} refused: {error!r}")
+                obj = 0
+                async for frame in group:
+                    emit("object", **object_record(sequence, obj, frame.payload))
+                    obj += 1
+                received += obj
     emit("done", objects=received)
     if received != args.groups * args.objects:
         fail(f"fetched {received} of {args.groups * args.objects} objects")
