@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.kvcache.tracks import CODEC_NAMES, parse_codec_names
 from sidecar.kvcache.errors import UnknownCodecError
+from sidecar.kvcache.tracks import CODEC_NAMES, parse_codec_names
 
 
 def test_every_codec_name_parses_in_order_with_blanks_dropped() -> None:
