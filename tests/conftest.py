@@ -3,15 +3,23 @@
 Session-scoped because loading the model and reading the KV cost seconds; the KV comes from
 the disk cache (sidecar/models/kv_store.py), extracted once per machine. Tests that use them
 are marked `model` (and `slow` where the first extraction may run).
+
+Also a self-signed certificate per test module (`cert`) and a relay process per test
+(`relay`, tests/moqt/test_relay_harness.py); a module or directory that needs the relay for
+longer, or another `relay`, defines its own fixture of that name.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 from transformers import PreTrainedModel
 
 from sidecar.models import kv_store
 from sidecar.models.smollm2 import load_model
+from sidecar.moqt.tls import CertificatePaths, write_certificate
+from tests.moqt.test_relay_harness import RelayProcess, running_relay
 
 PROMPT_TOKENS = 4096
 
@@ -25,3 +33,14 @@ def smollm2() -> PreTrainedModel:
 def pydoc_kv() -> kv_store.PromptKV:
     """Token ids, fp32 KV `[30, 2, 4096, 3, 64]` and last logits of the 4096-token pydoc prompt."""
     return kv_store.pydoc_kv(PROMPT_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
+    return write_certificate(tmp_path_factory.mktemp("cert"))
+
+
+@pytest.fixture
+def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert) as process:
+        yield process

@@ -8,17 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import SidecarProcess, running_sidecar, shm_directory
 
 CHUNK = 16
 """Small chunks: a few dozen synthetic tokens span several MoQT groups."""
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("client-cert"))
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,11 @@ from sidecar.moqt import api, transport
 from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode, UsageError
 from sidecar.moqt.model import FullTrackName, Location
 from sidecar.moqt.quic_backend import BACKENDS, QuicSettings
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 
 HOST = "127.0.0.1"
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2-135m", b"0123abcd")
 TRACK = FullTrackName(NAMESPACE, b"int8")
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("cert"))
 
 
 @pytest.fixture

@@ -4,31 +4,19 @@ under a prefix as they come and go, over real QUIC on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
 from sidecar.moqt import api
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_api import run
-from tests.moqt.test_relay_harness import RelayProcess, running_relay, settings_for
+from tests.moqt.test_relay_harness import RelayProcess, settings_for
 
 PREFIX = (b"kvcache.moq.arpa/v1", b"smollm2-135m")
 FIRST = (*PREFIX, b"0123abcd")
 SECOND = (*PREFIX, b"4567ef01")
 ELSEWHERE = (b"kvcache.moq.arpa/v1", b"other-model", b"0123abcd")
 WAIT_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("cert"))
-
-
-@pytest.fixture
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
 
 
 async def next_announcement(namespaces: api.NamespaceSubscription) -> api.Announcement:

@@ -10,9 +10,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-
-import pytest
+from collections.abc import Awaitable, Callable
 
 from sidecar.moqt import transport
 from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode
@@ -32,7 +30,7 @@ from sidecar.moqt.events import (
 from sidecar.moqt.messages import FilterType, StandaloneFetch, SubscriptionFilter
 from sidecar.moqt.model import FullTrackName, Location
 from sidecar.moqt.quic_backend import QuicSettings, load_backend
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import (
     REPO,
     Client,
@@ -47,17 +45,6 @@ from tests.moqt.test_relay_harness import (
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-1")
 TRACK = FullTrackName(NAMESPACE, b"fp16")
 FROM_START = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("relay-cert"))
-
-
-@pytest.fixture
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:

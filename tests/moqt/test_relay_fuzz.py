@@ -23,7 +23,7 @@ from sidecar.moqt.errors import SessionErrorCode
 from sidecar.moqt.events import DataStreamEnded, RequestAccepted, SubscribeRequested
 from sidecar.moqt.messages import DRAFT_14, ClientSetup, SetupParameters, StandaloneFetch
 from sidecar.moqt.model import Location
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from sidecar.moqt.wire import Reader, encode_varint
 from tests.moqt import strategies
 from tests.moqt.test_relay import FROM_START, NAMESPACE, TRACK, expected, received
@@ -59,11 +59,6 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("fuzz-cert"))
 
 
 @pytest.fixture(scope="module")

@@ -28,11 +28,6 @@ from sidecar.moqt.tls import CertificatePaths, write_certificate
 HOST = "127.0.0.1"
 
 
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("cert"))
-
-
 @pytest.fixture(params=BACKENDS)
 def settings(request: pytest.FixtureRequest, cert: CertificatePaths) -> QuicSettings:
     return QuicSettings.loopback(backend=request.param, ca_file=cert.cert)

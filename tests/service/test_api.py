@@ -19,7 +19,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
     ContiguousKV,
@@ -34,11 +34,6 @@ from tests.service.sidecar_proc import (
 MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
 MAX_TOKENS = 256
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("api-cert"))
 
 
 @pytest.fixture(scope="module")

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths, write_certificate
-from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from sidecar.moqt.tls import CertificatePaths
+from tests.moqt.test_relay_harness import RelayProcess
 from tests.service.sidecar_proc import ContiguousKV, running_sidecar, shm_directory, synthetic_kv
 
 MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")
 TOKENS = 50  # 512 bytes a token in fp16: 25.6 kB of KV, as much again in the fp16 track
 BUDGET = 80_000  # one prompt fits, two do not
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("evict-cert"))
-
-
-@pytest.fixture
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
 
 
 def test_the_oldest_prompt_is_withdrawn_beyond_the_budget(

@@ -17,7 +17,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.address import free_udp_port
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
     PagedKV,
@@ -36,11 +36,6 @@ TOKENS = list(range(500, 520))
 BLOCKS = pb.KVLocation(blocks=pb.BlockList(block_ids=[0, 1, 2]))
 PATIENT = ("--relay-timeout", "120")
 """The relay is frozen for a while: on a busy machine the session must not time out."""
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("lifecycle-cert"))
 
 
 @pytest.fixture

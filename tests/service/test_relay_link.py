@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.address import free_udp_port
 from sidecar.moqt import transport
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from sidecar.service.relay_link import Backoff, RelayLink
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
@@ -17,11 +17,6 @@ from tests.moqt.test_relay_harness import settings_for
 from tests.service.sidecar_proc import relay_on_port
 
 WAIT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("link-cert"))
 
 
 @pytest.mark.slow  # the relay's shutdown grace

@@ -4,7 +4,6 @@ shared-memory buffers, another looks it up and loads it into its own, paged, buf
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -13,9 +12,9 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv_store import PromptKV
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
-from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from tests.moqt.test_relay_harness import RelayProcess
 from tests.service.sidecar_proc import (
     ContiguousKV,
     PagedKV,
@@ -29,17 +28,6 @@ from tests.service.sidecar_proc import (
 MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")
 CHUNK = 16
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("sidecar-cert"))
-
-
-@pytest.fixture
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """A real relay process, and KV publishers and subscribers on real QUIC sessions to it.
 
 Shared by the transfer tests (no tests here). The relay is `python -m sidecar.cli relay`,
-started as an operator would (tests/moqt/test_relay_harness.py); publishers and subscribers
+started as an operator would (tests/moqt/test_relay_harness.py), from the `cert` and `relay`
+fixtures of tests/conftest.py; publishers and subscribers
 are `KVPublisher`/`KVSubscriber` on `moqt.api` sessions over 127.0.0.1.
 """
 
@@ -15,30 +16,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 
-import pytest
 import safetensors.torch
 import torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.moqt import api, transport
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber
-from tests.moqt.test_relay_harness import REPO, RelayProcess, running_relay, settings_for
+from tests.moqt.test_relay_harness import REPO, settings_for
 
 MODEL = "SmolLM2-135M"
 TEST_TIMEOUT = 120.0
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
-    return write_certificate(tmp_path_factory.mktemp("kv-cert"))
-
-
-@pytest.fixture
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
 
 
 def run(main: Callable[[], Awaitable[None]], timeout: float = TEST_TIMEOUT) -> None:

@@ -20,15 +20,7 @@ from sidecar.models.kv import forward_with_kv, kv_layout
 from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
 from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import (  # noqa: F401
-    MODEL,
-    cert,
-    layout_of,
-    network,
-    publisher_process,
-    relay,
-    run,
-)
+from tests.transfer.kv_net import MODEL, layout_of, network, publisher_process, run
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -41,8 +33,8 @@ def next_token(model: PreTrainedModel, kv: torch.Tensor, token_ids: list[int], c
 
 
 def test_loaded_cache_predicts_what_recompute_predicts(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
     smollm2: PreTrainedModel,
     pydoc_kv: kv_store.PromptKV,
     tmp_path: Path,
@@ -81,8 +73,8 @@ def test_loaded_cache_predicts_what_recompute_predicts(
 
 
 def test_publisher_killed_mid_load(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
     pydoc_kv: kv_store.PromptKV,
     tmp_path: Path,
 ) -> None:

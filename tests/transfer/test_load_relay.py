@@ -17,15 +17,15 @@ from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
 from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import MODEL, cert, network, relay, run, synthetic_kv  # noqa: F401
+from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
 
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float32")
 CHUNK = 16
 
 
 def test_whole_prompt_loads_on_the_default_track(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     token_ids = list(range(100, 170))
     kv = synthetic_kv(len(token_ids), LAYOUT)
@@ -61,8 +61,8 @@ def roundtrip(track: str, kv: torch.Tensor, tables: bytes | None = None) -> torc
 
 
 def test_a_track_is_encoded_when_first_asked_for(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     token_ids = list(range(1, 50))
     kv = synthetic_kv(len(token_ids), LAYOUT, seed=1)
@@ -89,8 +89,8 @@ def test_a_track_is_encoded_when_first_asked_for(
 
 
 def test_chunks_stream_while_prefill_runs(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """A load started before the first chunk exists follows the catalog revisions, and a
     live subscriber to the default track gets each chunk as it is added."""
@@ -122,8 +122,8 @@ def test_chunks_stream_while_prefill_runs(
 
 
 def test_a_longer_prompt_loads_the_shared_prefix(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """The published prompt is a whole-chunk prefix of the query: found by probing the
     query's links; the tokens after it are left to recompute."""
@@ -151,8 +151,8 @@ def test_a_longer_prompt_loads_the_shared_prefix(
 
 
 def test_a_diverging_prompt_is_found_from_a_catalog_seen_before(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Two prompts sharing 2.5 chunks: once the subscriber has seen the first one's catalog,
     the second finds its 2 whole shared chunks there (no probe can: no prompt ends there)."""
@@ -180,8 +180,8 @@ def test_a_diverging_prompt_is_found_from_a_catalog_seen_before(
 
 
 def test_an_unknown_prompt_is_not_found(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     async def main() -> None:
         async with network(relay.url, cert) as net:
@@ -199,8 +199,8 @@ def test_an_unknown_prompt_is_not_found(
 
 
 def test_a_corrupted_object_rejects_its_chunk_only(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     token_ids = list(range(11, 11 + 4 * CHUNK))
     kv = synthetic_kv(len(token_ids), LAYOUT, seed=5)
@@ -236,8 +236,8 @@ def test_a_corrupted_object_rejects_its_chunk_only(
 
 
 def test_no_time_loads_nothing(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     token_ids = list(range(500, 500 + 2 * CHUNK))
     kv = synthetic_kv(len(token_ids), LAYOUT, seed=6)
@@ -256,8 +256,8 @@ def test_no_time_loads_nothing(
 
 
 def test_the_relay_serves_later_decoders_from_its_cache(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """One prefill, three decoders: the publisher answers one FETCH per chunk in all."""
     token_ids = list(range(70, 70 + 4 * CHUNK))
@@ -281,7 +281,7 @@ def test_the_relay_serves_later_decoders_from_its_cache(
     run(main)
 
 
-def test_direct_from_publisher_to_subscriber(cert: CertificatePaths) -> None:  # noqa: F811
+def test_direct_from_publisher_to_subscriber(cert: CertificatePaths) -> None:
     token_ids = list(range(900, 900 + 2 * CHUNK + 3))
     kv = synthetic_kv(len(token_ids), LAYOUT, seed=8)
 
@@ -312,8 +312,8 @@ def test_direct_from_publisher_to_subscriber(cert: CertificatePaths) -> None:  #
 
 
 def test_concurrent_loads_of_one_prompt_share_its_catalog(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Draft-14 allows one subscription per track and session: two loads and a lookup of
     one prompt at once on one session share the catalog subscription."""
@@ -346,8 +346,8 @@ def test_concurrent_loads_of_one_prompt_share_its_catalog(
 
 
 def test_a_generous_deadline_takes_the_best_track(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     token_ids = list(range(4000, 4000 + 3 * CHUNK))
     kv = synthetic_kv(len(token_ids), LAYOUT, seed=11)
@@ -370,8 +370,8 @@ def test_a_generous_deadline_takes_the_best_track(
 
 
 def test_a_deadline_shorter_than_prefill_loads_a_verified_prefix(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Prefill makes a chunk every 0.5 s; a load given 1.2 s cannot have all four: it
     returns the chunks it got, checked, and leaves the rest to recompute."""
@@ -405,8 +405,8 @@ def test_a_deadline_shorter_than_prefill_loads_a_verified_prefix(
 
 
 def test_a_rejected_chunk_is_fetched_again_on_the_next_track(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """fp16 chunk 2 is corrupted at the publisher: the load rejects it, takes chunk 2 on
     int8 instead, and the prefix stays whole."""
@@ -447,8 +447,8 @@ def test_a_rejected_chunk_is_fetched_again_on_the_next_track(
 
 
 def test_a_load_starts_from_the_throughput_earlier_loads_measured(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """A subscriber that knows its link is slow (8 kB/s) takes the first chunk of a 3 s load
     on int8: fp16 (8208 bytes a chunk) does not fit its 1 s share, as it would at the 1 Gbit/s

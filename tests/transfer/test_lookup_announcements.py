@@ -16,15 +16,7 @@ from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher, PublishedPrompt
 from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
-from tests.transfer.kv_net import (  # noqa: F401 (fixtures)
-    MODEL,
-    Network,
-    cert,
-    network,
-    relay,
-    run,
-    synthetic_kv,
-)
+from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float32")
 CHUNK = 16
@@ -81,8 +73,8 @@ def int8(kv: torch.Tensor) -> torch.Tensor:
 
 
 def test_a_decoder_finds_a_longer_published_prompt_that_shares_its_first_chunks(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """No link of the query names the longer prompt, so only its announcement (and the
     catalog read after it) can tell the decoder; the tokens after the shared whole chunks
@@ -116,8 +108,8 @@ def test_a_decoder_finds_a_longer_published_prompt_that_shares_its_first_chunks(
 
 
 def test_a_prompt_announced_during_prefill_is_answered_without_asking_once_complete(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """A prompt is announced before its first chunk, so the catalog read after the
     announcement is incomplete: lookups ask the relay until one sees the complete catalog,
@@ -146,8 +138,8 @@ def test_a_prompt_announced_during_prefill_is_answered_without_asking_once_compl
 
 
 def test_a_withdrawn_prompt_is_no_longer_offered(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Withdrawn by its publisher (PUBLISH_NAMESPACE_DONE) or gone with its publisher's
     session: the relay's withdrawal takes the prompt out of the index at once, before any
@@ -184,8 +176,8 @@ def test_a_withdrawn_prompt_is_no_longer_offered(
 
 
 def test_the_oldest_announced_prompts_are_forgotten_past_the_bound(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Two prompts tracked at most: the two announced last. An older one is still found, by
     probing the query's links."""
@@ -210,8 +202,8 @@ def test_the_oldest_announced_prompts_are_forgotten_past_the_bound(
 
 
 def test_a_relay_that_refuses_the_namespace_subscription_leaves_lookups_to_probes(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Our relay lets one peer follow 64 prefixes (relay_core.RelayLimits): a decoder session
     that follows as many already gets its SUBSCRIBE_NAMESPACE refused. Lookups go on, from

@@ -19,15 +19,7 @@ from sidecar.transfer.parallel import (
 )
 from sidecar.transfer.subscriber import LoadedChunk, LoadResult, RejectedChunk, StopReason
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
-from tests.transfer.kv_net import (  # noqa: F401
-    MODEL,
-    Network,
-    cert,
-    network,
-    relay,
-    run,
-    synthetic_kv,
-)
+from tests.transfer.kv_net import MODEL, Network, network, run, synthetic_kv
 
 LAYOUT = KVLayout(num_layers=3, num_kv_heads=2, head_dim=16, dtype="float32")
 CHUNK = 16
@@ -58,8 +50,8 @@ async def _publish(net: Network, kv: torch.Tensor, corrupt: int | None = None) -
 
 @pytest.mark.parametrize("sessions", [3, 4])
 def test_sessions_in_one_process_load_what_one_session_loads(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
     sessions: int,
 ) -> None:
     kv = synthetic_kv(len(TOKENS), LAYOUT, seed=21)
@@ -90,8 +82,8 @@ def test_sessions_in_one_process_load_what_one_session_loads(
 
 
 def test_a_rejected_chunk_is_reported_as_a_single_load_reports_it(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Chunk 3's objects fail its digest on the only track offered: both loads leave the
     same hole, report the same rejection and write nothing of it."""
@@ -116,8 +108,8 @@ def test_a_rejected_chunk_is_reported_as_a_single_load_reports_it(
 
 
 def test_worker_processes_load_into_shared_memory(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     kv = synthetic_kv(len(TOKENS), LAYOUT, seed=23)
 

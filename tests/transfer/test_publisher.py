@@ -20,9 +20,9 @@ from sidecar.moqt import api
 from sidecar.moqt.messages import StandaloneFetch
 from sidecar.moqt.model import FullTrackName, Location
 from sidecar.moqt.tls import CertificatePaths
-from sidecar.transfer.publisher import KVPublisher, PublishError
+from sidecar.transfer.publisher import KVPublisher, PublishedPrompt, PublishError
 from tests.moqt.test_relay_harness import settings_for
-from tests.transfer.kv_net import MODEL, cert, run, synthetic_kv  # noqa: F401
+from tests.transfer.kv_net import MODEL, run, synthetic_kv
 
 HOST = "127.0.0.1"
 TIMEOUT = 30.0
@@ -120,6 +120,16 @@ class HeldEncoder:
         return payload
 
 
+def held_ac_prompt() -> tuple[HeldEncoder, KVPublisher, PublishedPrompt, FullTrackName]:
+    """A prompt with tracks int8 and ac, whose "ac" encoding waits for `HeldEncoder.release`."""
+    held = HeldEncoder("ac")
+    publisher = KVPublisher()
+    prompt = publisher.prompt(
+        MODEL, LAYOUT, TOKENS, tracks=("int8", "ac"), chunk_size=CHUNK, payload_hook=held
+    )
+    return held, publisher, prompt, FullTrackName(prompt.namespace, b"ac")
+
+
 @asynccontextmanager
 async def serving(
     publisher: KVPublisher, paths: CertificatePaths
@@ -152,15 +162,10 @@ async def newest_catalog(session: api.Session, namespace: tuple[bytes, ...]) -> 
 
 
 def test_a_first_request_waits_for_its_encoding_while_sessions_are_served(
-    cert: CertificatePaths,  # noqa: F811
+    cert: CertificatePaths,
 ) -> None:
     kv = synthetic_kv(len(TOKENS), LAYOUT, seed=3)
-    held = HeldEncoder("ac")
-    publisher = KVPublisher()
-    prompt = publisher.prompt(
-        MODEL, LAYOUT, TOKENS, tracks=("int8", "ac"), chunk_size=CHUNK, payload_hook=held
-    )
-    ac = FullTrackName(prompt.namespace, b"ac")
+    held, publisher, prompt, ac = held_ac_prompt()
 
     async def main() -> None:
         await prompt.publish(kv)
@@ -193,15 +198,10 @@ def test_a_first_request_waits_for_its_encoding_while_sessions_are_served(
 
 
 def test_requests_that_end_while_their_track_is_encoded_are_not_answered(
-    cert: CertificatePaths,  # noqa: F811
+    cert: CertificatePaths,
 ) -> None:
     kv = synthetic_kv(len(TOKENS), LAYOUT, seed=4)
-    held = HeldEncoder("ac")
-    publisher = KVPublisher()
-    prompt = publisher.prompt(
-        MODEL, LAYOUT, TOKENS, tracks=("int8", "ac"), chunk_size=CHUNK, payload_hook=held
-    )
-    ac = FullTrackName(prompt.namespace, b"ac")
+    held, publisher, prompt, ac = held_ac_prompt()
 
     async def main() -> None:
         await prompt.publish(kv)

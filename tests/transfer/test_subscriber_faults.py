@@ -16,7 +16,7 @@ from sidecar.moqt import api
 from sidecar.moqt.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
 from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import MODEL, cert, network, relay, run, synthetic_kv  # noqa: F401
+from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float32")
 CHUNK = 8
@@ -24,8 +24,8 @@ TOKENS = list(range(50, 50 + 2 * CHUNK))
 
 
 def test_a_revision_that_rewrites_a_digest_stops_the_load(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """Revision 1 describes chunk 0; revision 2 changes chunk 0's digest while adding chunk
     1. The load keeps chunk 0 (verified against revision 1) and trusts nothing after."""
@@ -72,8 +72,8 @@ def test_a_revision_that_rewrites_a_digest_stops_the_load(
 
 
 def test_a_catalog_of_another_prompt_is_ignored(
-    relay: RelayProcess,  # noqa: F811
-    cert: CertificatePaths,  # noqa: F811
+    relay: RelayProcess,
+    cert: CertificatePaths,
 ) -> None:
     """A catalog track that serves another prompt's catalog: nothing is found, nothing loads."""
     other = [t + 1 for t in TOKENS]
