@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -57,6 +57,9 @@ T = TypeVar("T")
 DEFAULT_TRACK_CACHE = 256 * MiB
 DEFAULT_RECEIVE_BUFFER = 256 * MiB
 REQUEST_TIMEOUT = 10.0
+MAX_PEER_NAMESPACES = 4096
+"""Namespaces the peer announced that a session remembers for a later SUBSCRIBE_NAMESPACE
+(the oldest forgotten first): moq-rs announces every broadcast right after setup, unasked."""
 
 
 class MoqtApiError(Exception):
@@ -529,6 +532,7 @@ class NamespaceSubscription(_Queue[Announcement]):
             self.session._namespace_subscriptions.pop(self.request_id, None)
             self.session.connection.session.unsubscribe_namespace(self.prefix)
             self.session.connection.transmit()
+            self.session._forget_namespaces_under(self.prefix)
             self.end()
 
 
@@ -556,6 +560,8 @@ class Session:
         self._subscriptions: dict[int, Subscription] = {}
         self._fetches: dict[int, FetchStream] = {}
         self._namespace_subscriptions: dict[int, NamespaceSubscription] = {}
+        self._peer_namespaces: OrderedDict[tuple[bytes, ...], None] = OrderedDict()
+        """Announced by the peer and not withdrawn, as far as this session still hears."""
         self._deliveries: dict[int, _Delivery] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         """Work for a peer's request (a track being resolved, a fetch being sent), by id."""
@@ -620,6 +626,9 @@ class Session:
         are kept, so none is missed."""
         request_id = self.connection.session.subscribe_namespace(prefix)
         subscription = NamespaceSubscription(self, request_id, prefix)
+        for namespace in self._peer_namespaces:  # announced before we asked (moq-rs)
+            if subscription.covers(namespace):
+                subscription.put(Announcement(namespace, published=True))
         self._namespace_subscriptions[request_id] = subscription
         await self._await_reply(request_id, self._namespace_subscriptions)
         return subscription
@@ -909,10 +918,24 @@ class Session:
     def _on_namespace_published(self, event: ev.NamespacePublished) -> None:
         self.connection.session.publish_namespace_ok(event.message.request_id)
         self.connection.transmit()
-        self._announce(Announcement(event.message.namespace, published=True))
+        namespace = event.message.namespace
+        if namespace in self._peer_namespaces:  # already announced (a relay repeats them)
+            self._peer_namespaces.move_to_end(namespace)
+            return
+        self._peer_namespaces[namespace] = None
+        if len(self._peer_namespaces) > MAX_PEER_NAMESPACES:
+            self._peer_namespaces.popitem(last=False)
+        self._announce(Announcement(namespace, published=True))
 
     def _on_namespace_done(self, event: ev.NamespacePublishDone) -> None:
+        self._peer_namespaces.pop(event.namespace, None)
         self._announce(Announcement(event.namespace, published=False))
+
+    def _forget_namespaces_under(self, prefix: tuple[bytes, ...]) -> None:
+        """After UNSUBSCRIBE_NAMESPACE a relay no longer says when those are withdrawn."""
+        for namespace in [ns for ns in self._peer_namespaces if ns[: len(prefix)] == prefix]:
+            if not any(sub.covers(namespace) for sub in self._namespace_subscriptions.values()):
+                del self._peer_namespaces[namespace]
 
     def _announce(self, announcement: Announcement) -> None:
         for subscription in self._namespace_subscriptions.values():

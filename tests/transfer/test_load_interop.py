@@ -20,11 +20,12 @@ from sidecar.moqt import api
 from sidecar.moqt.quic_backend import QuicSettings
 from sidecar.transfer.catalog_feed import CatalogFeed
 from sidecar.transfer.publisher import KVPublisher
-from sidecar.transfer.subscriber import KVSubscriber, StopReason
+from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (fixtures)
 from tests.interop.harness import RelayPeer
 from tests.transfer.kv_net import MODEL, run, synthetic_kv
+from tests.transfer.test_lookup_announcements import answers, eventually
 
 pytestmark = pytest.mark.interop
 
@@ -99,5 +100,37 @@ def test_our_catalog_track_passes_through_a_moqrs_relay(
                     await feed.close()
                 assert prompt.requests["catalog"] >= 1
                 assert catalog == prompt.catalog
+
+    run(main, timeout=60)
+
+
+def test_a_decoder_hears_of_prompts_a_moqrs_relay_announced_before_it_asked(
+    start_peer: StartPeer,  # noqa: F811
+    certs: Certs,  # noqa: F811
+) -> None:
+    """moq-rs announces every broadcast to a new session right after setup, before any
+    SUBSCRIBE_NAMESPACE, and does not repeat them when one comes (quirk 4): the session keeps
+    them, so a decoder's lookup learns a longer published prompt that shares its first chunks,
+    which no probe of its own links would name."""
+    relay = start_peer("moqrs", "relay")
+    assert isinstance(relay, RelayPeer)
+    relay.wait_ready()
+    settings = QuicSettings.loopback(ca_file=certs.ca)
+    long = list(range(500, 500 + 4 * CHUNK))
+    query = [*long[: 2 * CHUNK], *range(9000, 9010)]
+    kv = synthetic_kv(len(long), LAYOUT, seed=12)
+
+    async def main() -> None:
+        publisher = KVPublisher()
+        prompt = publisher.prompt(MODEL, LAYOUT, long, tracks=("int8",), chunk_size=CHUNK)
+        async with api.connect(relay.url, settings, publisher=publisher) as session:
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            async with api.connect(relay.url, settings) as decoder:
+                await asyncio.sleep(1.0)  # the unsolicited announcements arrive meanwhile
+                subscriber = KVSubscriber(decoder, chunk_size=CHUNK)
+                assert await subscriber.lookup(MODEL, query) == Availability(None, 0, 0)
+                whole = Availability(prompt.name, 2 * CHUNK, 2 * CHUNK)
+                await eventually(answers(subscriber, query, whole))
 
     run(main, timeout=60)
