@@ -945,11 +945,21 @@ class Relay:
     def _send_done(self, sub: Downstream, status: int, reason: str) -> None:
         if sub.peer.downstreams.pop(sub.request_id, None) is not sub:
             return
-        reset = status == PublishDoneStatus.TOO_FAR_BEHIND
-        for key in list(sub.streams):
-            self._end_stream(sub, key, reset)
+        too_far_behind = status == PublishDoneStatus.TOO_FAR_BEHIND
+        for key, stream in list(sub.streams.items()):
+            self._end_stream(sub, key, too_far_behind or not self._wrote_whole(sub, key, stream))
         self._session(sub.peer).publish_done(sub.request_id, status, reason)
         self._detach(sub)
+
+    def _wrote_whole(self, sub: Downstream, key: tuple[int, int], stream: _Stream) -> bool:
+        """Whether a stream carries its whole subgroup, so a FIN tells the truth. A range that
+        ends when the next group begins may find its last group still arriving (a publisher
+        interleaves group streams), and a replay stops where the subscription ends."""
+        group = self.cache.group(sub.track.name, key[0], touch=False)
+        if group is None or not group.complete:
+            return False
+        ids = [obj.object_id for obj in group.ordered() if obj.subgroup_id == key[1]]
+        return stream.last_object == max(ids, default=-1)
 
     def _cancel(self, sub: Downstream, *, reset_streams: bool) -> None:
         """The subscriber left or unsubscribed: forget it and stop its streams."""

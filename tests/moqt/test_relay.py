@@ -16,6 +16,7 @@ from sidecar.moqt import transport
 from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode
 from sidecar.moqt.events import (
     DataStreamEnded,
+    DataStreamReset,
     FetchRequested,
     GoawayReceived,
     NamespacePublishDone,
@@ -351,6 +352,44 @@ def test_a_published_track_reaches_subscribers(relay: RelayProcess, cert: Certif
             await decoder.until(lambda: len(decoder.objects(sub_id)) == 3)
             assert received(decoder, sub_id) == expected(1, 3, 100)
             assert all(isinstance(e, ObjectReceived) for e in decoder.objects(sub_id))
+
+    run(main)
+
+
+def test_a_range_that_ends_while_its_last_group_arrives_does_not_pass_it_off_as_whole(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Group 1 begins while group 0, the range's last, is still arriving: the relay ends the
+    subscription then, and group 0's stream must not end with a FIN after one object."""
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            request_id = publisher.moqt.publish(TRACK)
+            publisher.send()
+            await publisher.next(RequestAccepted, lambda e: e.request_id == request_id)
+            decoder = await sessions.open()
+            sub_id = await subscribe(
+                decoder, SubscriptionFilter(FilterType.ABSOLUTE_RANGE, Location(0, 0), 0)
+            )
+            moqt = publisher.moqt
+            last = moqt.open_subgroup(request_id, 0)
+            moqt.send_object(last, 0, payload(0, 0, 100))
+            moqt.send_object(moqt.open_subgroup(request_id, 1), 0, payload(1, 0, 100))
+            publisher.send()
+            await decoder.next(SubscriptionEnded, lambda e: e.request_id == sub_id)
+            for obj in (1, 2):
+                moqt.send_object(last, obj, payload(0, obj, 100), end_stream=obj == 2)
+            publisher.send()
+            streams = {e.stream_id for e in decoder.objects(sub_id)}
+
+            def over(kind: type[DataStreamEnded | DataStreamReset]) -> set[int]:
+                return {e.stream_id for e in decoder.of(kind)} & streams
+
+            await decoder.until(lambda: over(DataStreamEnded) | over(DataStreamReset) == streams)
+            finned = over(DataStreamEnded)
+            whole = [e for e in decoder.objects(sub_id) if e.stream_id in finned]
+            assert not finned or len(whole) == 3, whole
 
     run(main)
 
