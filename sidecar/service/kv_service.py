@@ -58,8 +58,8 @@ from sidecar.transfer.subscriber import (
 log = get_logger(__name__)
 
 CATALOG_WAIT = 1.0
-"""Seconds Lookup waits for the catalog its estimate is made from (the lookup just read it,
-so it is at hand unless the relay went quiet); without it the estimate assumes fp16."""
+"""Seconds Lookup waits for the catalog its estimate is made from when the lookup read none
+(announcements vouched for the prompt); without it the estimate assumes fp16."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,25 +335,13 @@ class KVService:
         if availability.prompt is None:
             return 0.0
         rate = subscriber.throughput.bytes_per_second
-        catalog = await self._catalog(subscriber, availability.prompt)
+        catalog = availability.catalog or await subscriber.catalog(
+            availability.prompt, CATALOG_WAIT
+        )
         if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
             return availability.tokens * layout.fp16_bytes_per_token / rate
         sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
         return load_seconds_estimate(sizes, rate, self.settings.load_seconds)
-
-    @staticmethod
-    async def _catalog(subscriber: KVSubscriber, prompt: PromptName) -> Catalog | None:
-        """The prompt's newest catalog, through the subscriber's shared catalog feeds (a
-        second subscription to one track on one session is a protocol error). The lookup
-        had it in hand, but `Availability` does not carry it."""
-        feeds = subscriber._feeds
-        feed = await feeds.acquire(prompt)
-        try:
-            return await asyncio.wait_for(feed.wait_ready(0), CATALOG_WAIT)
-        except TimeoutError:
-            return None
-        finally:
-            await feeds.release(feed)
 
     # Load -------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -82,6 +82,9 @@ class Availability:
     """Leading tokens of the query whose KV the prompt holds, once its prefill is done."""
     ready_tokens: int
     """Of those, the tokens already encoded and described by the catalog."""
+    catalog: Catalog | None = field(default=None, compare=False, repr=False)
+    """The newest revision the lookup read; None when it asked nothing (the announcements
+    vouched for the prompt) or found nothing. `KVSubscriber.catalog` fetches one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,9 +225,21 @@ class KVSubscriber:
             catalog = source.feed.catalog
             assert catalog is not None
             ready = _tokens_in(catalog, min(source.chunks, catalog.ready_chunks))
-            return Availability(source.feed.prompt, source.tokens, ready)
+            return Availability(source.feed.prompt, source.tokens, ready, catalog)
         finally:
             await self._feeds.release(source.feed)
+
+    async def catalog(self, prompt: PromptName, timeout: float) -> Catalog | None:
+        """The prompt's newest catalog, or None if none arrives within `timeout` seconds;
+        through the shared feeds, as a second subscription to one track on a session would
+        be a protocol error."""
+        feed = await self._feeds.acquire(prompt)
+        try:
+            return await asyncio.wait_for(feed.wait_ready(0), timeout)
+        except TimeoutError:
+            return None
+        finally:
+            await self._feeds.release(feed)
 
     async def load(
         self,

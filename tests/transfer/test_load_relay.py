@@ -41,6 +41,7 @@ def test_whole_prompt_loads_on_the_default_track(
             subscriber = await net.subscriber(CHUNK)
             found = await subscriber.lookup(MODEL, token_ids)
             assert (found.prompt, found.tokens, found.ready_tokens) == (prompt.name, 70, 70)
+            assert found.catalog == prompt.catalog  # what the lookup read, for estimates
             out = torch.zeros_like(kv)
             result = await subscriber.load(
                 MODEL, token_ids, out, deadline=30, quality_order=("int8",)
