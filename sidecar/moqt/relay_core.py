@@ -50,7 +50,7 @@ from .messages import (
     TrackStatusOk,
     fetch_end,
 )
-from .model import FullTrackName, GroupOrder, Location, TrackObject
+from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
 from .relay_cache import RelayCache
 from .relay_routing import Namespace, NamespaceTable, RoutingLimitExceeded
 from .session import MoqtSession
@@ -399,8 +399,38 @@ class Relay:
         if message.filter.filter_type in (FilterType.ABSOLUTE_START, FilterType.ABSOLUTE_RANGE):
             sub.live = False
             self._enqueue(peer, _Replay(sub, start.group))
-        elif track.upstream is None:
+            return
+        self._end_joined_group(sub)
+        if track.upstream is None:
             self._end(sub, PublishDoneStatus.TRACK_ENDED, "the publisher is gone")
+
+    def _end_joined_group(self, sub: Downstream) -> None:
+        """Tell a subscriber that joined mid-group that the group has already ended.
+
+        A Largest Object subscription starts right after the newest object; the subscriber
+        gets the group's head by a joining FETCH and waits for the tail on the subscription.
+        When the cache holds that group whole (its stream ended), no tail will come, and
+        nothing says so unless the publisher ended the group with an END_OF_GROUP status
+        object (aiomoqt does; moq-rs flags the stream type instead). moq-rs keeps such a group
+        open until the subscription ends, so its ``fetch_group`` of the newest group never
+        finished. An END_OF_GROUP status object at the start location closes it, and says no
+        more than the cache knows.
+        """
+        group = self.cache.group(sub.track.name, sub.start.group, touch=False)
+        if group is None or not group.complete or not sub.wants(sub.start):
+            return
+        last = group.ordered()[-1]
+        if last.status != ObjectStatus.NORMAL or last.object_id >= sub.start.object:
+            return
+        marker = TrackObject(
+            sub.start.object,
+            b"",
+            ObjectStatus.END_OF_GROUP,
+            subgroup_id=last.subgroup_id,
+            publisher_priority=last.publisher_priority,
+        )
+        self._enqueue(sub.peer, _Send(sub, sub.start.group, marker))
+        self._enqueue(sub.peer, _EndStream(sub, (sub.start.group, last.subgroup_id), False))
 
     def _on_upstream_accepted(self, peer: Peer, event: ev.RequestAccepted) -> None:
         message = event.message

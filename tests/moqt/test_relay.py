@@ -29,7 +29,7 @@ from sidecar.moqt.events import (
     TrackStatusRequested,
 )
 from sidecar.moqt.messages import FilterType, StandaloneFetch, SubscriptionFilter
-from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
 from sidecar.moqt.quic_backend import QuicSettings, load_backend
 from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import (
@@ -197,6 +197,34 @@ def test_late_decoders_load_past_groups_from_the_cache(
             assert received(third, fetch_id) == fetched
             assert len(prefill.of(SubscribeRequested)) == 1
             assert sent == 6 * 3
+
+    run(main)
+
+
+def test_a_subscriber_joining_after_a_whole_group_hears_that_it_ended(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """A Largest Object subscriber starts right after the newest object and fetches the rest
+    of that group; when the group has ended, an END_OF_GROUP status object at the start says
+    so (else moq-rs holds the group open until the subscription ends)."""
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            await announce(publisher)
+            first = await sessions.open()
+            first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
+            first.send()
+            upstream = accept(publisher, await publisher.next(SubscribeRequested))
+            await send_groups(publisher, upstream, groups=2, objects=2, size=100)
+            await first.until(lambda: all_streams_ended(first, first_id, last_group=1))
+
+            late = await sessions.open()
+            late_id = await subscribe(late, SubscriptionFilter())
+            marker = await late.next(ObjectReceived, lambda e: e.request_id == late_id)
+            assert (marker.group_id, marker.object_id) == (1, 2)
+            assert marker.body.status == ObjectStatus.END_OF_GROUP
+            await late.next(DataStreamEnded, lambda e: e.stream_id == marker.stream_id)
 
     run(main)
 
