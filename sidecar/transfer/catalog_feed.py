@@ -170,6 +170,17 @@ class CatalogFeeds:
         if self._last_user_gone(feed.prompt):
             await feed.close()
 
+    async def newest(self, prompt: PromptName, timeout: float) -> Catalog | None:
+        """The prompt's newest catalog, or None if no revision comes within `timeout` seconds
+        (a silent publisher); `RequestRefused` if it is not published."""
+        feed = await self.acquire(prompt)
+        try:
+            return await asyncio.wait_for(feed.wait_ready(0), timeout)
+        except TimeoutError:
+            return None
+        finally:
+            await self.release(feed)
+
     def _last_user_gone(self, prompt: PromptName) -> bool:
         self._users[prompt] -= 1
         if self._users[prompt]:
@@ -319,16 +330,10 @@ class PublishedPrompts:
 
     async def _read(self, prompt: PromptName) -> None:
         try:
-            feed = await self._feeds.acquire(prompt)
+            catalog = await self._feeds.newest(prompt, CATALOG_READ_TIMEOUT)
         except (MoqtApiError, ConnectionError, TimeoutError) as exc:
             log.info("announced_catalog_unread", prompt=prompt.prompt_id, reason=str(exc))
             return
-        try:
-            catalog = await asyncio.wait_for(feed.wait_ready(0), CATALOG_READ_TIMEOUT)
-        except TimeoutError:
-            catalog = None
-        finally:
-            await self._feeds.release(feed)
         if catalog is None or prompt not in self._complete:
             return
         try:

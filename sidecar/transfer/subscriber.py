@@ -233,13 +233,7 @@ class KVSubscriber:
         """The prompt's newest catalog, or None if none arrives within `timeout` seconds;
         through the shared feeds, as a second subscription to one track on a session would
         be a protocol error."""
-        feed = await self._feeds.acquire(prompt)
-        try:
-            return await asyncio.wait_for(feed.wait_ready(0), timeout)
-        except TimeoutError:
-            return None
-        finally:
-            await self._feeds.release(feed)
+        return await self._feeds.newest(prompt, timeout)
 
     async def load(
         self,
