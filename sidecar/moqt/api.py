@@ -48,7 +48,14 @@ from sidecar.moqt.messages import (
     SubscriptionFilter,
     fetch_end,
 )
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus, TrackCache, TrackObject
+from sidecar.moqt.model import (
+    FullTrackName,
+    Location,
+    ObjectStatus,
+    TrackCache,
+    TrackObject,
+    has_prefix,
+)
 from sidecar.moqt.quic_backend import MiB, QuicSettings
 
 logger = logging.getLogger(__name__)
@@ -304,8 +311,8 @@ class _Delivery:
         cached = list(self.track.cache.objects(Location(0, 0)))
         for index, (group_id, obj) in enumerate(cached):
             last = index + 1 == len(cached) or cached[index + 1][0] != group_id
-            group = self.track.cache.group(group_id)
-            end = last and group is not None and group.complete
+            group = self.track.cache.group(group_id) if last else None
+            end = group is not None and group.complete
             self.send(group_id, obj.object_id, obj.payload, obj.extensions, end)
 
     def finish(self, status: PublishDoneStatus, reason: str) -> None:
@@ -524,7 +531,7 @@ class NamespaceSubscription(_Queue[Announcement]):
         self.prefix = prefix
 
     def covers(self, namespace: tuple[bytes, ...]) -> bool:
-        return namespace[: len(self.prefix)] == self.prefix
+        return has_prefix(namespace, self.prefix)
 
     async def unsubscribe(self) -> None:
         """UNSUBSCRIBE_NAMESPACE; announcements already queued can still be read."""
@@ -933,7 +940,7 @@ class Session:
 
     def _forget_namespaces_under(self, prefix: tuple[bytes, ...]) -> None:
         """After UNSUBSCRIBE_NAMESPACE a relay no longer says when those are withdrawn."""
-        for namespace in [ns for ns in self._peer_namespaces if ns[: len(prefix)] == prefix]:
+        for namespace in [ns for ns in self._peer_namespaces if has_prefix(ns, prefix)]:
             if not any(sub.covers(namespace) for sub in self._namespace_subscriptions.values()):
                 del self._peer_namespaces[namespace]
 

@@ -20,6 +20,11 @@ class Location:
     object: int
 
 
+def has_prefix(namespace: tuple[bytes, ...], prefix: tuple[bytes, ...]) -> bool:
+    """Whether ``prefix`` is a leading run of whole fields of ``namespace`` (() matches all)."""
+    return namespace[: len(prefix)] == prefix
+
+
 @dataclass(frozen=True, slots=True)
 class FullTrackName:
     """A track's identity: the namespace tuple plus the track name, compared byte for byte."""

@@ -10,17 +10,14 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from .model import has_prefix
+
 Namespace = tuple[bytes, ...]
 P = TypeVar("P", bound=Hashable)
 
 
 class RoutingLimitExceeded(Exception):
     """A peer asked the relay to remember more namespaces or prefixes than it allows."""
-
-
-def has_prefix(namespace: Namespace, prefix: Namespace) -> bool:
-    """Whether ``prefix`` is a leading run of whole fields of ``namespace`` (() matches all)."""
-    return namespace[: len(prefix)] == prefix
 
 
 class NamespaceTable(Generic[P]):

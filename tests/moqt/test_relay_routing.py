@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.moqt.relay_routing import NamespaceTable, RoutingLimitExceeded, has_prefix
+from sidecar.moqt.model import has_prefix
+from sidecar.moqt.relay_routing import NamespaceTable, RoutingLimitExceeded
 
 
 def test_the_longest_published_prefix_wins() -> None:
