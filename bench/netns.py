@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from sidecar.demo.children import SignalHandler, exit_on_sigterm
+from sidecar.demo.children import SigtermExits
 
 NAME_PREFIX = "kvmoq-bench-"
 QUEUE_S = 0.05
@@ -104,7 +104,7 @@ class Namespace:
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or f"{NAME_PREFIX}{os.getpid()}"
-        self._previous_sigterm: SignalHandler | None = None
+        self._sigterm = SigtermExits()
 
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the namespace."""
@@ -142,10 +142,8 @@ class Namespace:
         except BaseException:
             self._remove()
             raise
-        if threading.current_thread() is threading.main_thread():
-            # SIGTERM's default kills without unwinding: the namespace would outlive us.
-            previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
-            self._previous_sigterm = signal.SIG_DFL if previous is None else previous
+        # SIGTERM's default kills without unwinding: the namespace would outlive us.
+        self._sigterm.install()
         return self
 
     def __exit__(
@@ -157,8 +155,7 @@ class Namespace:
         try:
             self._remove()
         finally:
-            if self._previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._sigterm.restore()
 
     def _remove(self) -> None:
         self._stop_processes()

@@ -62,7 +62,7 @@ class Children:
 
     def __init__(self) -> None:
         self._children: list[Child] = []
-        self._previous_sigterm: SignalHandler | None = None
+        self._sigterm = SigtermExits()
 
     def start(
         self,
@@ -127,9 +127,7 @@ class Children:
             self._children.clear()
 
     def __enter__(self) -> Children:
-        if _in_main_thread():
-            previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
-            self._previous_sigterm = signal.SIG_DFL if previous is None else previous
+        self._sigterm.install()
         return self
 
     def __exit__(
@@ -141,9 +139,7 @@ class Children:
         try:
             self.stop_all()
         finally:
-            if self._previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
-                self._previous_sigterm = None
+            self._sigterm.restore()
 
 
 def _in_main_thread() -> bool:
@@ -156,6 +152,24 @@ def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     """A SIGTERM handler that unwinds: `with` blocks and `finally` clauses run, where the
     default action would end the process on the spot."""
     raise SystemExit(128 + signum)
+
+
+class SigtermExits:
+    """`exit_on_sigterm` as SIGTERM's handler from `install` to `restore` (in the main thread;
+    elsewhere Python sets no handlers and both do nothing)."""
+
+    def __init__(self) -> None:
+        self._previous: SignalHandler | None = None
+
+    def install(self) -> None:
+        if _in_main_thread():
+            previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
+            self._previous = signal.SIG_DFL if previous is None else previous
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
 
 
 @contextmanager
