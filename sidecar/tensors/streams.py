@@ -3,7 +3,8 @@ ordered with the rest of the process's GPU work by events.
 
 What the sidecar does with a model server's GPU buffers (copying a prompt's KV out to
 publish it, writing a loaded chunk in) is queued on a codec stream at the lowest priority,
-so it fills the gaps between the model's kernels instead of taking turns ahead of them.
+so it never goes ahead of a model stream of higher priority (one at the default priority,
+also the lowest, shares the GPU with it: see `nvml.LOWEST_STREAM_PRIORITY`).
 Two events bound each block of such work: the codec stream first waits for what the
 calling thread had queued on the current stream (a chunk decoded on the GPU, say), and the
 host waits for the codec stream before the block returns, because what it produced is read
