@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.codecs.ac import ACCodec
 from sidecar.kvcache.codecs.ac_tables import ACTables, to_frequencies
+from sidecar.kvcache.codecs.base import PAYLOAD_VERSION
 from sidecar.kvcache.codecs.binning import centers, level_bins
 from sidecar.kvcache.errors import PayloadError, TablesError, TensorError
 from sidecar.kvcache.layout import KVLayout
@@ -26,7 +29,7 @@ TINY_TABLES = ACTables(
     frequencies=torch.tensor([[16384, 32768, 16384], [8192, 49152, 8192]], dtype=torch.int32),
 )
 TABLES_VECTOR = "4b5641430100010001000400030204040000010100000101004000800040002000c00020"
-PAYLOAD_VECTOR = "01003c0040790280c602000000"
+PAYLOAD_VECTOR = "02003c0040790280c602000000"
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=8, dtype="float32")
 
 
@@ -59,10 +62,14 @@ def test_tables_vector() -> None:
 def test_payload_vector() -> None:
     tables = bytes.fromhex(TABLES_VECTOR)
     (payload,) = AC.encode(TINY_KV, TINY, tables)
+    assert payload[0] == PAYLOAD_VERSION == 2
     assert payload.hex() == PAYLOAD_VECTOR
     decoded = AC.decode([bytes.fromhex(PAYLOAD_VECTOR)], TINY, tables)
     # 4 bins: levels -m, 0, m; 0.5 is a tie and rounds to even (0), 0.4 rounds to 0.
     assert decoded.flatten().tolist() == [0.0, -1.0, 1.0, 0.0, 2.0, 0.0, -2.0, 0.0]
+    text = (Path(__file__).parents[2] / "docs" / "wire-format.md").read_text()
+    section = text[text.index("### `ac` payload") : text.index("## Shared AC tables")]
+    assert PAYLOAD_VECTOR in "".join(section.split())
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])
@@ -169,7 +176,9 @@ def test_truncated_and_corrupt_payloads_are_rejected() -> None:
         payload + b"\x01\x00\x00\x00",
         payload[:header] + b"\x00" * (len(payload) - header),
         payload[:header] + bytes(b ^ 0xFF for b in payload[header:]),
-        b"\x02" + payload[1:],
+        b"\x00" + payload[1:],
+        b"\x01" + payload[1:],  # the version before the fixed-width formats rotated
+        bytes([PAYLOAD_VERSION + 1]) + payload[1:],
         payload[:1] + b"\x00\xfc" + payload[3:],  # a negative maximum
         payload[:header] + b"\xff" * 4 * 400,  # beyond any possible length
     ]
@@ -206,7 +215,7 @@ FUZZ_TABLES = AC.fit_tables(LAYOUT, kv_like(LAYOUT, 32, seed=9))
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(min_size=0, max_size=600))
 def test_arbitrary_bytes_decode_or_raise_payload_error(data: bytes) -> None:
-    header = b"\x01" + b"\x00\x3c" * (LAYOUT.num_layers * 2)  # every maximum 1.0
+    header = bytes([PAYLOAD_VERSION]) + b"\x00\x3c" * (LAYOUT.num_layers * 2)  # maxima 1.0
     for payload, bound in ((data, float("inf")), (header + data, 1.0)):
         try:
             decoded = AC.decode([payload], LAYOUT, FUZZ_TABLES)

@@ -1,4 +1,10 @@
-"""The codecs run on the tensor's device: CUDA tensors code to the same bytes as CPU ones."""
+"""The codecs run on the tensor's device: CUDA tensors code to the same bytes as CPU ones.
+
+The scaled fixed-width codecs rotate in float32 (codecs/rotation.py), whose sums the GPU
+orders differently: decoded values may then differ from the CPU's by one fp16 ulp, and a
+value that lands exactly on a rounding tie could in principle code differently (none does in
+this test's data).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +29,9 @@ def test_cuda_tensors_code_like_cpu_tensors(name: str) -> None:
     assert codec.encode(kv.cuda(), layout, tables) == payloads
     on_gpu = codec.decode(payloads, layout, tables, device="cuda")
     assert on_gpu.is_cuda
-    assert torch.equal(on_gpu.cpu(), codec.decode(payloads, layout, tables))
+    torch.testing.assert_close(
+        on_gpu.cpu(), codec.decode(payloads, layout, tables), rtol=2.0**-10, atol=2.0**-14
+    )
     cache = torch.zeros(layout.shape(12), dtype=torch.float16, device="cuda")
     codec.decode(payloads, layout, tables, out=cache[:, :, 2:11])
     assert torch.equal(cache[:, :, 2:11], on_gpu)

@@ -1,9 +1,11 @@
 """The scale-quantize-pack skeleton shared by every fixed-width compression.
 
-A token payload is `version u8 | scales | elements`: the scales (one fp16 per layer and K|V,
-absent for exact casts) followed by the token's `L * 2 * H * D` elements in `[L, 2, H, D]`
-order, each `bits` wide. The compressions differ only in how one scaled element becomes bits
-and back (`ElementFormat`), so that is all their modules define.
+A token payload is `version u8 | scales | elements`: the scales (fp16, one per layer and
+K|V, or per layer, K|V and head; absent for exact casts) followed by the token's
+`L * 2 * H * D` elements in `[L, 2, H, D]` order, each `bits` wide. Scaled formats quantize
+each head's values after an orthonormal Hadamard rotation (`rotation.py`) and the decoder
+rotates back. The compressions differ only in how one scaled element becomes bits and back
+(`ElementFormat`) and in how many values share a scale, so that is all their modules define.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ from .base import (
     token_major,
     write_layer_major,
 )
+from .rotation import rotate
 
 SCALE_DTYPE = torch.float16
-SMALLEST_SCALE = 2.0**-24
-"""The smallest fp16 subnormal; a token whose values are all below it quantizes to zeros."""
+SMALLEST_SCALE = 2.0**-14
+"""The smallest normal fp16. A scale never goes below it, so rounding the scale to fp16 costs
+at most 2^-11 of it and `y / scale` exceeds QMAX by at most that much: the quantizers may
+clamp after casting to integers. (A subnormal scale could round down by a third and push
+int8 codes past 127, where the cast wraps them to negative values.) Groups whose largest
+value is below `QMAX * 2^-14` get a coarser step, at most 2^-15 in absolute terms."""
 
 
 @dataclass(frozen=True)
@@ -73,14 +80,26 @@ def table_lookup(table: tuple[float, ...], codes: torch.Tensor) -> torch.Tensor:
 
 
 class FixedWidthCodec(Codec):
-    """A compression with a fixed payload size per token: casts and scaled quantizers."""
+    """A compression with a fixed payload size per token: casts and scaled quantizers.
 
-    def __init__(self, name: str, element: ElementFormat) -> None:
+    `per_head_scales`: one scale per head instead of one per row (layer, K|V). 4-bit elements
+    need it: a row's 15 levels spread over three or more heads leave a quiet head too few of
+    them. At 8 bits the row's scale is as good and a quarter of the size.
+    """
+
+    def __init__(self, name: str, element: ElementFormat, *, per_head_scales: bool = False) -> None:
         self.name = name
         self.element = element
+        self.per_head_scales = per_head_scales
+
+    def scale_groups(self, layout: KVLayout) -> int:
+        """Scales per row: values of a row that share one scale are `channels / groups`."""
+        return layout.num_kv_heads if self.per_head_scales else 1
 
     def scale_bytes(self, layout: KVLayout) -> int:
-        return 0 if self.element.qmax is None else 2 * layout.num_layers * 2
+        if self.element.qmax is None:
+            return 0
+        return 2 * layout.num_layers * 2 * self.scale_groups(layout)
 
     def payload_size(self, layout: KVLayout) -> int:
         return 1 + self.scale_bytes(layout) + layout.elements_per_token * self.element.bits // 8
@@ -93,10 +112,16 @@ class FixedWidthCodec(Codec):
         values = token_major(kv, layout).float()
         parts = [torch.full((num_tokens, 1), PAYLOAD_VERSION, dtype=torch.uint8, device=kv.device)]
         if self.element.qmax is not None:
-            scales = (values.abs().amax(dim=-1) / self.element.qmax).to(SCALE_DTYPE)
+            groups = rotate(values, layout.head_dim).view(
+                num_tokens, layout.num_layers, 2, self.scale_groups(layout), -1
+            )
+            low, high = torch.aminmax(groups, dim=-1)
+            largest = torch.maximum(high, low.neg_())
+            scales = (largest / self.element.qmax).clamp_min_(SMALLEST_SCALE).to(SCALE_DTYPE)
             if not bool(torch.isfinite(scales).all()):
                 raise TensorError("KV contains NaN/Inf or magnitudes beyond the fp16 scale range")
-            values = values / scales.float().clamp_min(SMALLEST_SCALE).unsqueeze(-1)
+            # In place: `groups` is the rotation's own output, a fresh tensor.
+            values = groups.div_(scales.float().unsqueeze(-1))
             parts.append(scales.view(torch.uint8).reshape(num_tokens, -1))
         parts.append(self.element.quantize(values.reshape(num_tokens, -1)))
         return split_rows(torch.cat(parts, dim=1))
@@ -119,12 +144,15 @@ class FixedWidthCodec(Codec):
         values = self.element.dequantize(
             rows[:, start:].clone(memory_format=torch.contiguous_format)
         )
-        values = values.view(num_tokens, layout.num_layers, 2, layout.channels)
         if self.element.qmax is not None:
+            groups = self.scale_groups(layout)
             scales = rows[:, 1:start].clone(memory_format=torch.contiguous_format).view(SCALE_DTYPE)
             if bool((scales < 0).any()):
                 raise PayloadError(f"{self.name} payload carries a negative scale")
-            values = values * scales.view(num_tokens, layout.num_layers, 2, 1)
+            values = values.view(num_tokens, layout.num_layers, 2, groups, -1)
+            values = values * scales.view(num_tokens, layout.num_layers, 2, groups, 1)
+            values = rotate(values, layout.head_dim)
+        values = values.view(num_tokens, layout.num_layers, 2, layout.channels)
         if not all_finite(values, dst.dtype):
             raise PayloadError(
                 f"{self.name} payload holds NaN/Inf, codes never emitted or values beyond "

@@ -1,6 +1,6 @@
 """`fp4`: OCP e2m1 (sign, 2 exponent bits, 1 mantissa bit), two elements a byte.
 
-One scale per token, layer and K|V maps the largest magnitude to 6, e2m1's largest value.
+One scale per token, layer, K|V and head maps the largest magnitude to 6, e2m1's largest value.
 """
 
 from __future__ import annotations
@@ -52,4 +52,5 @@ FP4 = FixedWidthCodec(
     ElementFormat(
         4, E2M1_MAX, _quantize, lambda data: table_lookup(E2M1_VALUES, unpack_nibbles(data))
     ),
+    per_head_scales=True,
 )

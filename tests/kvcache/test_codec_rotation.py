@@ -1,0 +1,60 @@
+"""The Walsh-Hadamard rotation the scaled fixed-width codecs quantize in."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sidecar.kvcache.codecs.rotation import block_size, rotate
+
+
+def sylvester(size: int) -> torch.Tensor:
+    """The normalised Sylvester Hadamard matrix, built independently of `rotation.py`."""
+    matrix = torch.ones(1, 1, dtype=torch.float64)
+    base = torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64)
+    while matrix.shape[0] < size:
+        matrix = torch.kron(base, matrix)
+    return matrix / math.sqrt(size)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "block"),
+    [(1, 1), (2, 2), (3, 1), (6, 2), (12, 4), (64, 64), (80, 16), (96, 32), (128, 128)],
+)
+def test_block_is_the_largest_power_of_two_dividing_head_dim(head_dim: int, block: int) -> None:
+    assert block_size(head_dim) == block
+
+
+def test_block_of_four_is_half_the_sylvester_matrix() -> None:
+    h4 = [[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]]
+    assert torch.equal(rotate(torch.eye(4), 4), torch.tensor(h4, dtype=torch.float32) / 2)
+    # docs/wire-format.md: the K of the test vectors.
+    assert rotate(torch.tensor([0.5, -1.0, 3.0, 0.0]), 4).tolist() == [1.25, 2.25, -1.75, -0.75]
+
+
+@pytest.mark.parametrize("head_dim", [1, 2, 4, 6, 8, 64, 80, 128])
+def test_rotation_is_orthonormal_and_its_own_inverse(head_dim: int) -> None:
+    generator = torch.Generator().manual_seed(head_dim)
+    values = torch.rand(5, 3, 2 * head_dim, generator=generator) * 2 - 1
+    rotated = rotate(values, head_dim)
+    assert rotated.shape == values.shape and rotated.dtype == torch.float32
+    block = block_size(head_dim)
+    expected = (values.double().reshape(-1, block) @ sylvester(block)).view(values.shape)
+    assert torch.allclose(rotated.double(), expected, rtol=0, atol=1e-6)
+    if block > 1:
+        assert not torch.allclose(rotated, values)
+    assert (rotate(rotated, head_dim) - values).abs().max() <= 1e-6
+    # Norm kept per block, so per head and per row too.
+    norms = values.reshape(-1, block).norm(dim=-1)
+    assert torch.allclose(rotated.reshape(-1, block).norm(dim=-1), norms, rtol=1e-6, atol=0)
+
+
+def test_blocks_never_straddle_heads() -> None:
+    # head_dim 12, block 4: a value in one block leaves every other block untouched.
+    values = torch.zeros(2 * 12)
+    values[5] = 1.0
+    rotated = rotate(values, 12)
+    assert torch.equal(rotated[4:8], torch.tensor([0.5, -0.5, 0.5, -0.5]))
+    assert not rotated[:4].any() and not rotated[8:].any()
