@@ -1,14 +1,17 @@
 """KV compressions on real KV: size, model quality and single-thread speed, against CacheGen.
 
-The prompt is the first `--tokens` (4096) pydoc tokens through SmolLM2-135M; its KV is cast to
-fp16 (what an inference server's cache holds) and cut into 128-token chunks, as the
+Size and speed: the first `--tokens` (4096) pydoc tokens through SmolLM2-135M; the KV is
+cast to fp16 (what an inference server's cache holds) and cut into 128-token chunks, as the
 publisher does, with the shared tables fitted on the first chunk only (a publisher cannot
 wait for the whole prefill). Per compression:
 
 * size: every payload plus the shared tables, in bits per KV element and against fp16;
-* quality: the model loads the first `--context` tokens' KV after the round trip and scores
-  the next `--score` tokens (sidecar/models/quality.py): perplexity, KL and top-1 agreement
-  against the uncompressed fp32 KV;
+* quality: on every text of `corpus.TEXTS` (reference prose, source code, legal prose) and
+  at both places of `quality.PLACES` (the 64 tokens right after a 4096-token prompt, and
+  1024 tokens after a 3072-token context), the model loads the context's KV after the round
+  trip (tables fitted on that text's first chunk) and scores the tokens after it:
+  perplexity, KL and top-1 agreement against the uncompressed fp32 KV. The worst text and
+  place is what a compression is judged by;
 * speed: fp16 megabytes (10^6 bytes) of KV per second through fitting the tables plus
   encoding (both are a publisher's work per prompt) and through decoding, on ONE CPU
   thread, so figures compare across machines and do not depend on what else runs; the
@@ -16,7 +19,7 @@ wait for the whole prefill). Per compression:
 
 The baseline measured in the same run is CacheGen as LMCache ships it
 (bench/cachegen_baseline.py), in its own default chunks of 256 tokens, each shipping its
-CDF tables.
+CDF tables. Each compression's goals (`GOALS`) are checked in code and written to the JSON.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -37,9 +40,15 @@ from rich.table import Table
 
 from bench import cachegen_baseline
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
+from sidecar.kvcache.codecs.ac import AC
+from sidecar.kvcache.codecs.ac_tables import fit_tables
+from sidecar.kvcache.codecs.binning import MAX_BINS, MIN_BINS, level_bins
+from sidecar.kvcache.codecs.rotation import rotate
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, iter_chunks
+from sidecar.models.corpus import TEXTS
 from sidecar.models.kv_store import pydoc_kv
-from sidecar.models.quality import Quality, evaluate, reference_quality
+from sidecar.models.quality import PLACES, Quality, evaluate_at
+from sidecar.transfer import adapt
 
 CACHE_DTYPE = "float16"
 
@@ -57,10 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens", type=int, default=4096, help="prompt length for size and speed (default 4096)"
     )
     parser.add_argument(
-        "--context", type=int, default=3072, help="tokens of KV the model loads (default 3072)"
-    )
-    parser.add_argument(
-        "--score", type=int, default=1024, help="tokens scored after the context (default 1024)"
+        "--texts",
+        type=lambda text: text.split(","),
+        default=list(TEXTS),
+        help=f"comma-separated texts to score quality on (default: {','.join(TEXTS)})",
     )
     parser.add_argument(
         "--chunk", type=int, default=DEFAULT_CHUNK_SIZE, help="tokens per chunk (default 128)"
@@ -76,6 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--plot", metavar="FILE", help="also draw size against KL per compression (PNG)"
+    )
+    parser.add_argument(
+        "--rd",
+        metavar="SCALES",
+        type=lambda text: [float(scale) for scale in text.split(",")],
+        help="also sweep `ac` with its bins times each factor (e.g. 0.75,1,1.5,2,2.67), with "
+        "and without the Hadamard rotation, for a rate-distortion curve (size and quality only)",
+    )
+    parser.add_argument(
+        "--rd-plot", metavar="FILE", help="draw the --rd curves: bits per element against KL (PNG)"
     )
 
 
@@ -114,17 +133,80 @@ def kvmoq_compression(name: str, layout: KVLayout) -> Compression:
     )
 
 
+def scaled_bins(layout: KVLayout, scale: float) -> torch.Tensor:
+    """`ac`'s default allocation times `scale`, rounded to even counts within the coder's range."""
+    bins = (level_bins(layout.num_layers).float() * scale / 2).round() * 2
+    return bins.clamp(MIN_BINS, MAX_BINS).to(torch.uint8)
+
+
+def ac_variant(layout: KVLayout, scale: float, rotated: bool) -> Compression:
+    """`ac` with scaled bins, optionally on Hadamard-rotated KV (rotated back after decoding):
+    the points of the rate-distortion sweep. The payloads are ordinary `ac` payloads."""
+    bins = scaled_bins(layout, scale)
+
+    def turn(kv: torch.Tensor) -> torch.Tensor:
+        if not rotated:
+            return kv
+        turned = rotate(kv.float().movedim(2, 0).contiguous(), layout.head_dim)
+        return turned.movedim(0, 2).to(kv.dtype)
+
+    return _CodecCompression(
+        name=f"ac x{scale:g}{' rotated' if rotated else ''}",
+        fit=lambda sample: fit_tables(layout, turn(sample), bins=bins).to_bytes(),
+        encode=lambda chunk, tables: AC.encode(turn(chunk), layout, tables),
+        decode=lambda payloads, tables: turn(AC.decode(payloads, layout, tables)),
+    )
+
+
 @dataclass(frozen=True)
 class Figures:
+    """One compression's figures; `kl` and `top1` are the worst over every text and place."""
+
     bits_per_element: float
     ratio_vs_fp16: float
-    ppl: float
     kl: float
     top1: float
     encode_mbps: float
     decode_mbps: float
     total_bytes: int
     tables_bytes: int
+    quality: dict[str, dict[str, Quality]] = field(default_factory=dict)
+    """Text -> place -> figures."""
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What a compression must reach (issue "Lossy tracks that keep the model's answer")."""
+
+    max_kl: float
+    min_top1: float = 0.0
+    min_ratio: float = 0.0
+    max_bits: float | None = None
+    min_encode_mbps: float = 500.0
+    min_decode_mbps: float = 500.0
+
+    def check(self, figures: Figures) -> dict[str, bool]:
+        checks = {
+            "kl": figures.kl <= self.max_kl,
+            "top1": figures.top1 >= self.min_top1,
+            "ratio": figures.ratio_vs_fp16 >= self.min_ratio,
+            "bits": self.max_bits is None or figures.bits_per_element <= self.max_bits,
+            "encode": figures.encode_mbps >= self.min_encode_mbps,
+            "decode": figures.decode_mbps >= self.min_decode_mbps,
+        }
+        return {**checks, "all": all(checks.values())}
+
+
+GOALS: dict[str, Goal] = {
+    "fp16": Goal(max_kl=1e-5),
+    "bf16": Goal(max_kl=5e-4),
+    "int8": Goal(max_kl=2e-4),
+    "fp8": Goal(max_kl=1e-3),
+    "int4": Goal(max_kl=0.01, max_bits=4.25),
+    "fp4": Goal(max_kl=0.01, max_bits=4.25),
+    "ac": Goal(max_kl=0.01, min_top1=0.97, min_ratio=6.5, min_encode_mbps=150, min_decode_mbps=100),
+}
+"""Per compression, judged on the worst text and place; speeds on one core."""
 
 
 @contextmanager
@@ -161,61 +243,87 @@ def measure(
     chunk: int,
     args: argparse.Namespace,
 ) -> Figures:
-    """Size and speed on the prompt `kv` (fp16) in `chunk`-token chunks; quality on its context.
+    """Size and speed on the prompt `kv` (fp16) in `chunk`-token chunks; quality on every text.
 
-    The quality round trip encodes the context KV (fp16, like `kv`) with the tables fitted on
-    the prompt, so it sees exactly what a decode server would load.
+    The quality round trip encodes each text's context KV (cast to fp16, like `kv`) with
+    tables fitted on that context's first chunk, so it sees exactly what a decode server
+    would load.
     """
-    sample = kv[:, :, : args.fit_tokens or chunk]
-    tables, fit_s = fastest(args.repeats, lambda: compression.fit(sample))
+    fit_tokens = args.fit_tokens or chunk
+    tables, fit_s = fastest(args.repeats, lambda: compression.fit(kv[:, :, :fit_tokens]))
 
-    def encode(source: torch.Tensor) -> list[list[bytes]]:
+    def encode(source: torch.Tensor, tables: bytes | None) -> list[list[bytes]]:
         return [compression.encode(part, tables) for part in iter_chunks(source, layout, chunk)]
 
-    def decode(encoded: list[list[bytes]]) -> torch.Tensor:
+    def decode(encoded: list[list[bytes]], tables: bytes | None) -> torch.Tensor:
         return torch.cat([compression.decode(part, tables) for part in encoded], dim=2)
 
-    encoded, encode_s = fastest(args.repeats, lambda: encode(kv))
-    decoded, decode_s = fastest(args.repeats, lambda: decode(encoded))
+    def roundtrip(context: torch.Tensor) -> torch.Tensor:
+        context = context.to(layout.torch_dtype)
+        own_tables = compression.fit(context[:, :, :fit_tokens])
+        return decode(encode(context, own_tables), own_tables)
+
+    encoded, encode_s = fastest(args.repeats, lambda: encode(kv, tables))
+    decoded, decode_s = fastest(args.repeats, lambda: decode(encoded, tables))
     if decoded.shape != kv.shape:
         raise RuntimeError(f"{compression.name} decoded {tuple(decoded.shape)}, not {kv.shape}")
-    quality = evaluate(
-        lambda context: decode(encode(context.to(layout.torch_dtype))),
-        context=args.context,
-        score=args.score,
-    )
+    quality = {
+        text: {place.name: evaluate_at(roundtrip, text, place) for place in PLACES}
+        for text in args.texts
+    }
+    everywhere = [figures for places in quality.values() for figures in places.values()]
     tables_bytes = len(tables or b"")
     total_bytes = tables_bytes + sum(len(data) for part in encoded for data in part)
     fp16_bytes = kv.shape[2] * layout.fp16_bytes_per_token
     return Figures(
         bits_per_element=8 * total_bytes / kv.numel(),
         ratio_vs_fp16=fp16_bytes / total_bytes,
-        ppl=quality.ppl,
-        kl=quality.kl,
-        top1=quality.top1,
+        kl=max(figures.kl for figures in everywhere),
+        top1=min(figures.top1 for figures in everywhere),
         encode_mbps=fp16_bytes / (fit_s + encode_s) / 1e6,
         decode_mbps=fp16_bytes / decode_s / 1e6,
         total_bytes=total_bytes,
         tables_bytes=tables_bytes,
+        quality=quality,
     )
 
 
-def render(rows: Sequence[tuple[str, Figures]], reference: Quality, title: str) -> Table:
-    table = Table(title=title, caption=f"uncompressed fp32 KV: ppl {reference.ppl:.3f}")
+def render(
+    rows: Sequence[tuple[str, Figures]], goals: dict[str, dict[str, bool]], title: str
+) -> Table:
+    table = Table(title=title, caption="KL and top-1: the worst text and place")
     table.add_column("compression", no_wrap=True)
-    for column in ("bits/elem", "vs fp16", "ppl", "KL", "top-1", "enc MB/s", "dec MB/s"):
+    for column in ("bits/elem", "vs fp16", "KL", "top-1", "enc MB/s", "dec MB/s", "goals"):
         table.add_column(column, justify="right")
     for name, f in rows:
+        met = goals.get(name)
         table.add_row(
             name,
-            f"{f.bits_per_element:.2f}",
+            f"{f.bits_per_element:.3f}",
             f"{f.ratio_vs_fp16:.2f}x",
-            f"{f.ppl:.3f}",
             f"{f.kl:.3g}",
             f"{100 * f.top1:.1f}%",
-            f"{f.encode_mbps:.1f}",
-            f"{f.decode_mbps:.1f}",
+            f"{f.encode_mbps:.0f}",
+            f"{f.decode_mbps:.0f}",
+            "-" if met is None else "met" if met["all"] else _missed(met),
         )
+    return table
+
+
+def _missed(met: dict[str, bool]) -> str:
+    return "missed: " + ",".join(name for name, ok in met.items() if not ok and name != "all")
+
+
+def render_quality(rows: Sequence[tuple[str, Figures]]) -> Table:
+    """KL (top-1) of every compression on every text and place."""
+    table = Table(title="KL (top-1) per text and place")
+    table.add_column("compression", no_wrap=True)
+    columns = [(text, place) for text, places in rows[0][1].quality.items() for place in places]
+    for text, place in columns:
+        table.add_column(f"{text} {place}", justify="right")
+    for name, f in rows:
+        cells = [f.quality[text][place] for text, place in columns]
+        table.add_row(name, *(f"{q.kl:.2g} ({100 * q.top1:.0f}%)" for q in cells))
     return table
 
 
@@ -223,8 +331,9 @@ def _check(args: argparse.Namespace) -> None:
     unknown = sorted(set(args.codecs) - set(CODEC_NAMES))
     if unknown:
         raise SystemExit(f"unknown compressions {unknown}; known: {','.join(CODEC_NAMES)}")
-    if args.context + args.score > args.tokens:
-        raise SystemExit("--context + --score must not exceed --tokens")
+    unknown_texts = sorted(set(args.texts) - set(TEXTS))
+    if unknown_texts or not args.texts:
+        raise SystemExit(f"unknown texts {unknown_texts}; known: {','.join(TEXTS)}")
     if args.fit_tokens is not None and not 1 <= args.fit_tokens <= args.tokens:
         raise SystemExit("--fit-tokens must be in 1..--tokens")
     if args.repeats < 1:
@@ -237,10 +346,9 @@ def run(args: argparse.Namespace) -> int:
     num_layers, _, _, num_kv_heads, head_dim = prompt.kv.shape
     layout = KVLayout(num_layers, num_kv_heads, head_dim, CACHE_DTYPE)
     kv = prompt.kv.to(layout.torch_dtype)
-    reference = reference_quality(context=args.context, score=args.score)
 
     # A pipe gets a wide table rather than rich's 80-column default.
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 160)
     rows: list[tuple[str, Figures]] = []
     for name in args.codecs:
         console.log(f"measuring {name}")
@@ -248,34 +356,97 @@ def run(args: argparse.Namespace) -> int:
     console.log("measuring the CacheGen baseline")
     cachegen = cachegen_baseline.compression(layout)
     baseline = measure(cachegen, kv, layout, cachegen_baseline.CHUNK_TOKENS, args)
+    goals = {name: GOALS[name].check(figures) for name, figures in rows}
+    curve: dict[str, dict[str, Any]] = {}
+    for scale in args.rd or ():
+        for rotated in (False, True):
+            variant = ac_variant(layout, scale, rotated)
+            console.log(f"rate-distortion point {variant.name}")
+            figures = measure(
+                variant, kv, layout, args.chunk, argparse.Namespace(**{**vars(args), "repeats": 1})
+            )
+            curve[variant.name] = {"scale": scale, "rotated": rotated, **asdict(figures)}
 
     title = (
         f"KV compressions, SmolLM2-135M, {args.tokens}-token pydoc prompt, "
         f"{args.chunk}-token chunks, 1 thread"
     )
     baseline_name = f"CacheGen baseline ({cachegen_baseline.CHUNK_TOKENS}-token chunks)"
-    console.print(render([*rows, (baseline_name, baseline)], reference, title))
+    everything = [*rows, (baseline_name, baseline)]
+    console.print(render(everything, goals, title))
+    console.print(render_quality(everything))
     result = {
         "setup": {
             "model": "SmolLM2-135M",
             "kv_dtype": CACHE_DTYPE,
             "tokens": args.tokens,
-            "context": args.context,
-            "score": args.score,
+            "texts": args.texts,
+            "places": [asdict(place) for place in PLACES],
             "chunk": args.chunk,
             "baseline_chunk": cachegen_baseline.CHUNK_TOKENS,
             "fit_tokens": args.fit_tokens or args.chunk,
             "threads": 1,
-            "reference_ppl": reference.ppl,
         },
         "codecs": {name: asdict(figures) for name, figures in rows},
         "baseline_cachegen": asdict(baseline),
+        "goals": {name: asdict(GOALS[name]) for name, _ in rows},
+        "goals_met": goals,
+        "rate_distortion": curve,
+        "ranking": {
+            "measured": list(adapt.rank_by_quality({name: f.kl for name, f in rows})),
+            "transfer.adapt.QUALITY_ORDER": list(adapt.QUALITY_ORDER),
+        },
     }
+    if curve:
+        console.print(render(list(_curve_rows(curve)), {}, "ac rate-distortion sweep"))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if args.plot:
         write_plot(result, Path(args.plot))
+    if args.rd_plot and curve:
+        write_rd_plot(result, Path(args.rd_plot))
     return 0
+
+
+def _curve_rows(curve: dict[str, dict[str, Any]]) -> Iterator[tuple[str, Figures]]:
+    for name, point in curve.items():
+        fields = {key: point[key] for key in Figures.__dataclass_fields__ if key != "quality"}
+        yield name, Figures(**fields)
+
+
+def write_rd_plot(result: dict[str, Any], path: Path) -> None:
+    """The `--rd` sweep: one curve of bits per element against worst KL per variant (plain and
+    rotated `ac`), the fixed-width tracks as points, and the goal's corner."""
+    from sidecar.demo.plot import png
+
+    with png(path, (6.5, 4.2), dpi=110) as axes:
+        for rotated, label in ((False, "ac"), (True, "ac on rotated KV")):
+            points = sorted(
+                (p["bits_per_element"], p["kl"])
+                for p in result["rate_distortion"].values()
+                if p["rotated"] == rotated
+            )
+            axes.plot(*zip(*points, strict=True), marker="o", label=label)
+        for name, figures in result["codecs"].items():
+            if figures["bits_per_element"] < 10:
+                axes.scatter(figures["bits_per_element"], figures["kl"], color="black", s=12)
+                axes.annotate(
+                    name,
+                    (figures["bits_per_element"], figures["kl"]),
+                    textcoords="offset points",
+                    xytext=(4, 3),
+                    fontsize=8,
+                )
+        axes.axhline(0.01, color="grey", linestyle="--", linewidth=0.8)
+        axes.axvline(16 / 6.5, color="grey", linestyle=":", linewidth=0.8)
+        axes.set_yscale("log")
+        axes.set_xlabel("bits per element (tables included)")
+        axes.set_ylabel("worst KL over texts and places")
+        axes.set_title(
+            "ac: rate against distortion; goal: left of the dotted line, below the dashed",
+            fontsize=9,
+        )
+        axes.legend(fontsize=8)
 
 
 def write_plot(result: dict[str, Any], path: Path) -> None:

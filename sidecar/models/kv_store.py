@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from sidecar.log import get_logger
-from sidecar.models.corpus import pydoc_token_ids
+from sidecar.models.corpus import text_token_ids
 from sidecar.models.kv import extract_kv
 from sidecar.models.smollm2 import MODEL_NAME, gguf_path, load_model
 
@@ -141,6 +141,11 @@ def cached_kv(token_ids: Sequence[int]) -> PromptKV:
     return prompt
 
 
+def text_kv(text: str, num_tokens: int) -> PromptKV:
+    """The KV of the first `num_tokens` tokens of a corpus text (see corpus.py)."""
+    return cached_kv(text_token_ids(text, num_tokens))
+
+
 def pydoc_kv(num_tokens: int) -> PromptKV:
-    """The KV of the first `num_tokens` tokens of the pydoc text (see corpus.py)."""
-    return cached_kv(pydoc_token_ids(num_tokens))
+    """The KV of the first `num_tokens` tokens of the pydoc text."""
+    return text_kv("pydoc", num_tokens)

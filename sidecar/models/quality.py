@@ -1,10 +1,16 @@
 """How much a KV compression hurts the model that continues from it.
 
 The test mirrors the product: a decode server loads a context's KV (here: the first
-`context` pydoc tokens, passed through the compression round trip) and computes the next
-`score` tokens on top of it in one forward pass. Against the same run on the uncompressed
-KV we report the perplexity of the true next tokens, the mean KL(p_ref || p_test) of the
-next-token distributions and how often the most likely next token stays the same.
+`context` tokens of a corpus text, passed through the compression round trip) and computes
+the next `score` tokens on top of it in one forward pass. Against the same run on the
+uncompressed KV we report the perplexity of the true next tokens, the mean
+KL(p_ref || p_test) of the next-token distributions and how often the most likely next token
+stays the same.
+
+Two places matter (`PLACES`): the 64 tokens right after a 4096-token prompt, which is what a
+decode server produces first and where the most recent tokens of the context weigh most,
+and 1024 tokens after a 3072-token context, a long continuation where the per-token figures
+average out. A codec is judged at both, on every text of `corpus.TEXTS`, by the worst.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sidecar.models.corpus import pydoc_token_ids
+from sidecar.models.corpus import text_token_ids
 from sidecar.models.kv import forward_with_kv
-from sidecar.models.kv_store import pydoc_kv
+from sidecar.models.kv_store import text_kv
 from sidecar.models.smollm2 import load_model
 
 RoundTrip = Callable[[torch.Tensor], torch.Tensor]
@@ -32,6 +38,20 @@ class Quality:
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where quality is measured: `score` tokens after a `context`-token KV."""
+
+    name: str
+    context: int
+    score: int
+
+
+AFTER_PROMPT = Place("next64", context=4096, score=64)
+LONG_RUN = Place("long1024", context=3072, score=1024)
+PLACES: tuple[Place, ...] = (AFTER_PROMPT, LONG_RUN)
+
+
+@dataclass(frozen=True)
 class _Reference:
     context_kv: torch.Tensor
     scored_ids: list[int]
@@ -41,12 +61,12 @@ class _Reference:
 
 
 @functools.cache
-def _reference(context: int, score: int) -> _Reference:
+def _reference(text: str, context: int, score: int) -> _Reference:
     # The context KV is sliced from the prompt's cached KV (causal attention: the first
-    # `context` tokens' KV does not depend on what follows), so the benchmark's 4096-token
-    # prompt serves both. Token `context + score` is only a target, never fed.
-    ids = pydoc_token_ids(context + score + 1)
-    context_kv = pydoc_kv(context + score).kv[:, :, :context].clone()
+    # `context` tokens' KV does not depend on what follows). Token `context + score` is only
+    # a target, never fed.
+    ids = text_token_ids(text, context + score + 1)
+    context_kv = text_kv(text, context + score).kv[:, :, :context].clone()
     scored_ids = ids[context : context + score]
     log_probs = torch.log_softmax(forward_with_kv(load_model(), context_kv, scored_ids), dim=-1)
     return _Reference(
@@ -65,21 +85,23 @@ def _score(log_probs: torch.Tensor, ref: _Reference) -> Quality:
     return Quality(ppl=math.exp(nll), kl=kl, top1=top1)
 
 
-def reference_quality(context: int = 3072, score: int = 1024) -> Quality:
+def reference_quality(context: int = 3072, score: int = 1024, text: str = "pydoc") -> Quality:
     """The uncompressed run's own figures (its KL is 0 and top-1 is 1 by definition)."""
-    ref = _reference(context, score)
+    ref = _reference(text, context, score)
     return _score(ref.log_probs, ref)
 
 
 @torch.inference_mode()
-def evaluate(roundtrip: RoundTrip, context: int = 3072, score: int = 1024) -> Quality:
-    """Quality of the model continuing from `roundtrip(context KV)`.
+def evaluate(
+    roundtrip: RoundTrip, context: int = 3072, score: int = 1024, text: str = "pydoc"
+) -> Quality:
+    """Quality of the model continuing from `roundtrip(context KV)` of a corpus text.
 
     `roundtrip` gets a copy of the fp32 context KV `[layers, 2, context, kv_heads, head_dim]`
     and returns the decompressed KV of the same shape, in any float dtype. The uncompressed
-    reference run is computed once per process and (context, score).
+    reference run is computed once per process and (text, context, score).
     """
-    ref = _reference(context, score)
+    ref = _reference(text, context, score)
     restored = roundtrip(ref.context_kv.clone())
     if restored.shape != ref.context_kv.shape:
         raise ValueError(
@@ -88,3 +110,8 @@ def evaluate(roundtrip: RoundTrip, context: int = 3072, score: int = 1024) -> Qu
         )
     logits = forward_with_kv(load_model(), restored, ref.scored_ids)
     return _score(torch.log_softmax(logits.float(), dim=-1), ref)
+
+
+def evaluate_at(roundtrip: RoundTrip, text: str, place: Place) -> Quality:
+    """`evaluate` at one of `PLACES`."""
+    return evaluate(roundtrip, context=place.context, score=place.score, text=text)

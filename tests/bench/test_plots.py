@@ -125,6 +125,24 @@ def test_codec_plot_from_its_json(tmp_path: Path) -> None:
     assert_png(path)
 
 
+def test_codec_rate_distortion_plot_from_its_json(tmp_path: Path) -> None:
+    def point(bits: float, kl: float, rotated: bool = False) -> dict[str, Any]:
+        return {"bits_per_element": bits, "kl": kl, "rotated": rotated}
+
+    result = {
+        "codecs": {"int4": point(4.25, 0.015), "fp16": point(16.0, 1e-7)},
+        "rate_distortion": {
+            "ac x1": point(2.42, 0.084),
+            "ac x2": point(3.49, 0.016),
+            "ac x1 rotated": point(3.28, 0.031, True),
+            "ac x2 rotated": point(4.38, 0.0072, True),
+        },
+    }
+    path = tmp_path / "rd.png"
+    codec.write_rd_plot(result, path)
+    assert_png(path)
+
+
 @pytest.mark.slow
 def test_transport_plot_from_a_real_run(tmp_path: Path) -> None:
     plot, figures = tmp_path / "transport.png", tmp_path / "transport.json"

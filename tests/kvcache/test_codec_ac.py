@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.codecs.ac import ACCodec
-from sidecar.kvcache.codecs.ac_tables import ACTables, to_frequencies
+from sidecar.kvcache.codecs.ac_tables import ACTables, fit_tables, to_frequencies
 from sidecar.kvcache.codecs.base import PAYLOAD_VERSION
 from sidecar.kvcache.codecs.binning import centers, level_bins
 from sidecar.kvcache.errors import PayloadError, TablesError, TensorError
@@ -115,6 +115,19 @@ def test_each_token_decodes_alone_and_into_a_strided_view() -> None:
     AC.decode(payloads[1:4], layout, tables, out=cache[:, :, 5:8])
     assert torch.equal(cache[:, :, 5:8], whole[:, :, 1:4])
     assert not cache[:, :, :5].any() and not cache[:, :, 8:].any()
+
+
+def test_tables_with_bins_of_the_fitters_choice_record_level_0_and_decode() -> None:
+    bins = torch.tensor([[40, 8], [6, 4], [64, 10], [12, 12]], dtype=torch.uint8)
+    kv = kv_like(LAYOUT, 16, seed=3)
+    tables = fit_tables(LAYOUT, kv, bins=bins)
+    assert tables.level == 0 and torch.equal(tables.bins, bins)
+    data = tables.to_bytes()
+    restored = AC.decode(AC.encode(kv, LAYOUT, data), LAYOUT, data)
+    step = kv.abs().amax(dim=(3, 4), keepdim=True) / (bins.view(4, 2, 1, 1, 1) // 2 - 1)
+    assert torch.all((restored - kv).abs() <= step * (0.5 + 2.0**-9))
+    with pytest.raises(TablesError):
+        fit_tables(LAYOUT, kv, bins=torch.full((4, 2), 65, dtype=torch.uint8))
 
 
 def test_missing_foreign_and_corrupt_tables_are_rejected() -> None:

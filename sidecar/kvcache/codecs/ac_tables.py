@@ -126,12 +126,24 @@ class ACTables:
             raise TablesError(f"a model's frequencies do not sum to {FREQUENCY_TOTAL}")
 
 
-def fit_tables(layout: KVLayout, sample: torch.Tensor, level: int = DEFAULT_LEVEL) -> ACTables:
-    """Tables for a prompt from any sample of its KV `[L, 2, S, H, D]` (S >= 1)."""
+def fit_tables(
+    layout: KVLayout,
+    sample: torch.Tensor,
+    level: int = DEFAULT_LEVEL,
+    bins: torch.Tensor | None = None,
+) -> ACTables:
+    """Tables for a prompt from any sample of its KV `[L, 2, S, H, D]` (S >= 1).
+
+    `bins` (uint8 `[L, 2]`) replaces the level's allocation; the tables then record level 0.
+    """
     tokens = layout.check(sample)
     if tokens == 0:
         raise TablesError("cannot fit ac tables on an empty sample")
-    bins = level_bins(layout.num_layers, level)
+    if bins is None:
+        bins = level_bins(layout.num_layers, level)
+    else:
+        check_bins(bins, layout)
+        level = 0
     alphabet = int(bins.max()) - 1
     counts = symbol_counts(sample, layout, bins, alphabet)
     center = centers(bins).view(layout.num_layers, 2, 1, 1)
