@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from sidecar.kvcache.naming import PAYLOAD_TRACKS
 from sidecar.transfer.adapt import (
     DEFAULT_PRIOR_BYTES_PER_SECOND,
+    MEASURED_KL,
     QUALITY_ORDER,
     ThroughputEstimate,
     choose_track,
+    rank_by_quality,
 )
 
 rates = st.floats(1.0, 1e11)
@@ -22,6 +24,35 @@ samples = st.tuples(st.integers(1, 1 << 30), st.floats(1e-6, 100.0))
 
 def test_quality_order_covers_every_payload_track() -> None:
     assert sorted(QUALITY_ORDER) == sorted(PAYLOAD_TRACKS)
+
+
+def test_quality_order_follows_the_measured_kl() -> None:
+    assert rank_by_quality(MEASURED_KL) == QUALITY_ORDER
+    kls = [MEASURED_KL[track] for track in QUALITY_ORDER]
+    assert kls == sorted(kls)
+
+
+def test_ranking_puts_lower_kl_first_and_breaks_ties_by_name() -> None:
+    assert rank_by_quality({"int4": 0.02, "fp4": 0.01, "ac": 0.05}) == ("fp4", "int4", "ac")
+    assert rank_by_quality({"b": 0.1, "a": 0.1}) == ("a", "b")
+
+
+@given(
+    st.dictionaries(st.sampled_from(PAYLOAD_TRACKS), st.floats(0.0, 1.0), min_size=2),
+    st.dictionaries(st.sampled_from(PAYLOAD_TRACKS), st.integers(1, 10_000), min_size=2),
+    st.floats(0.0, 100.0),
+)
+def test_a_track_larger_and_worse_than_another_is_never_chosen(
+    kl: dict[str, float], sizes: dict[str, int], time_left: float
+) -> None:
+    order = rank_by_quality(kl)
+    chosen = choose_track(sizes, 100.0, time_left, 1, order)
+    if chosen is not None:
+        assert not any(
+            kl[other] < kl[chosen] and sizes[other] <= sizes[chosen]
+            for other in order
+            if other in sizes
+        )
 
 
 def test_the_first_sample_replaces_the_prior() -> None:
@@ -74,6 +105,7 @@ def test_estimator_parameters_are_checked(kwargs: dict[str, float]) -> None:
 
 
 SIZES = {"fp16": 1000, "int8": 500, "ac": 300, "int4": 250}
+ORDER = ("fp16", "int8", "ac", "int4")
 
 
 @pytest.mark.parametrize(
@@ -93,7 +125,7 @@ SIZES = {"fp16": 1000, "int8": 500, "ac": 300, "int4": 250}
 def test_best_track_within_the_share_of_time_left(
     time_left: float, chunks_left: int, expected: str | None
 ) -> None:
-    assert choose_track(SIZES, 1000.0, time_left, chunks_left) == expected
+    assert choose_track(SIZES, 1000.0, time_left, chunks_left, ORDER) == expected
 
 
 def test_tracks_outside_the_order_are_never_chosen() -> None:
