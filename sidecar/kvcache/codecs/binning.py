@@ -93,9 +93,10 @@ def quantize(tokens: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, to
 
 def dequantize(symbols: torch.Tensor, maxima: torch.Tensor, bins: torch.Tensor) -> torch.Tensor:
     """float32 `[T, L, 2, C]` from symbols and maxima (inverse of `quantize` up to rounding)."""
-    center = centers(bins).to(symbols.device)
+    center = centers(bins).to(symbols.device).float()
     step = maxima.float() / center
-    return (symbols - center.unsqueeze(-1)).float() * step.unsqueeze(-1)
+    # In place on the float copy: symbols may be uint8, where `symbols - center` would wrap.
+    return symbols.float().sub_(center.unsqueeze(-1)).mul_(step.unsqueeze(-1))
 
 
 def check_bins(bins: torch.Tensor, layout: KVLayout) -> None:
