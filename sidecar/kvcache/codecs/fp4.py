@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .fixed import ElementFormat, FixedWidthCodec, pack_nibbles, table_lookup, unpack_nibbles
+from .fixed import ElementFormat, FixedWidthCodec, nibble_pair_lookup, pack_nibbles
 
 E2M1_MAX = 6.0
 E2M1_VALUES = (
@@ -49,8 +49,6 @@ def _quantize(values: torch.Tensor) -> torch.Tensor:
 
 FP4 = FixedWidthCodec(
     "fp4",
-    ElementFormat(
-        4, E2M1_MAX, _quantize, lambda data: table_lookup(E2M1_VALUES, unpack_nibbles(data))
-    ),
+    ElementFormat(4, E2M1_MAX, _quantize, lambda data: nibble_pair_lookup(E2M1_VALUES, data)),
     per_head_scales=True,
 )

@@ -20,8 +20,10 @@ def _quantize(values: torch.Tensor) -> torch.Tensor:
 
 
 def _dequantize(data: torch.Tensor) -> torch.Tensor:
-    values = (unpack_nibbles(data).to(torch.int8) ^ 8).float() - 8.0
-    return values.masked_fill_(values == -8, float("nan"))
+    nibbles = unpack_nibbles(data)
+    values = (nibbles.to(torch.int8) ^ 8).float().sub_(8.0)
+    # The nibble is tested, not the float: a pass over bytes instead of over float32.
+    return values.masked_fill_(nibbles == 8, float("nan"))
 
 
 INT4 = FixedWidthCodec(
