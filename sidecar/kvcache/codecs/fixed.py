@@ -101,9 +101,10 @@ def _pair_table(table: tuple[float, ...]) -> torch.Tensor:
 class FixedWidthCodec(Codec):
     """A compression with a fixed payload size per token: casts and scaled quantizers.
 
-    `per_head_scales`: one scale per head instead of one per row (layer, K|V). 4-bit elements
-    need it: a row's 15 levels spread over three or more heads leave a quiet head too few of
-    them. At 8 bits the row's scale is as good and a quarter of the size.
+    `per_head_scales`: one scale per head instead of one per row (layer, K|V). int4 needs it:
+    a row's 15 uniform levels spread over three or more heads leave a quiet head too few of
+    them (worst KL 0.028 -> 0.015). At 8 bits, and for fp4 whose levels crowd near zero, the
+    row's scale measured as good at a quarter of the size.
     """
 
     def __init__(self, name: str, element: ElementFormat, *, per_head_scales: bool = False) -> None:
