@@ -47,7 +47,7 @@ from sidecar.kvcache.codecs.rotation import rotate
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, iter_chunks
 from sidecar.models.corpus import TEXTS
 from sidecar.models.kv_store import pydoc_kv
-from sidecar.models.quality import PLACES, Quality, evaluate_at
+from sidecar.models.quality import PLACES, Place, Quality, evaluate_at, reference_quality
 from sidecar.transfer import adapt
 
 CACHE_DTYPE = "float16"
@@ -65,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokens", type=int, default=4096, help="prompt length for size and speed (default 4096)"
     )
+    parser.add_argument(
+        "--context",
+        type=int,
+        help="score quality at one place instead of both: after this many tokens of KV "
+        "(with --score; default: the 64 after 4096 tokens and the 1024 after 3072)",
+    )
+    parser.add_argument("--score", type=int, help="tokens scored after --context")
     parser.add_argument(
         "--texts",
         type=lambda text: text.split(","),
@@ -268,7 +275,7 @@ def measure(
     if decoded.shape != kv.shape:
         raise RuntimeError(f"{compression.name} decoded {tuple(decoded.shape)}, not {kv.shape}")
     quality = {
-        text: {place.name: evaluate_at(roundtrip, text, place) for place in PLACES}
+        text: {place.name: evaluate_at(roundtrip, text, place) for place in places(args)}
         for text in args.texts
     }
     everywhere = [figures for places in quality.values() for figures in places.values()]
@@ -327,6 +334,13 @@ def render_quality(rows: Sequence[tuple[str, Figures]]) -> Table:
     return table
 
 
+def places(args: argparse.Namespace) -> tuple[Place, ...]:
+    """`quality.PLACES`, or the one place that --context and --score name."""
+    if args.context is None:
+        return PLACES
+    return (Place(f"after{args.context}", context=args.context, score=args.score),)
+
+
 def _check(args: argparse.Namespace) -> None:
     unknown = sorted(set(args.codecs) - set(CODEC_NAMES))
     if unknown:
@@ -334,6 +348,10 @@ def _check(args: argparse.Namespace) -> None:
     unknown_texts = sorted(set(args.texts) - set(TEXTS))
     if unknown_texts or not args.texts:
         raise SystemExit(f"unknown texts {unknown_texts}; known: {','.join(TEXTS)}")
+    if (args.context is None) != (args.score is None):
+        raise SystemExit("--context and --score go together")
+    if args.context is not None and not (args.context >= 1 and args.score >= 1):
+        raise SystemExit("--context and --score must be positive")
     if args.fit_tokens is not None and not 1 <= args.fit_tokens <= args.tokens:
         raise SystemExit("--fit-tokens must be in 1..--tokens")
     if args.repeats < 1:
@@ -381,7 +399,14 @@ def run(args: argparse.Namespace) -> int:
             "kv_dtype": CACHE_DTYPE,
             "tokens": args.tokens,
             "texts": args.texts,
-            "places": [asdict(place) for place in PLACES],
+            "places": [asdict(place) for place in places(args)],
+            "reference_ppl": {
+                text: {
+                    place.name: reference_quality(place.context, place.score, text).ppl
+                    for place in places(args)
+                }
+                for text in args.texts
+            },
             "chunk": args.chunk,
             "baseline_chunk": cachegen_baseline.CHUNK_TOKENS,
             "fit_tokens": args.fit_tokens or args.chunk,

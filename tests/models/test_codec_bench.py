@@ -15,14 +15,14 @@ from sidecar.kvcache.layout import KVLayout
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-FIGURES = {"bits_per_element", "ratio_vs_fp16", "ppl", "kl", "top1", "encode_mbps", "decode_mbps"}
+FIGURES = {"bits_per_element", "ratio_vs_fp16", "kl", "top1", "encode_mbps", "decode_mbps"}
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = Path(tmp_path_factory.mktemp("bench")) / "codec.json"
     argv = ["bench", "codec", "--codecs", "fp16,int4", "--tokens", "320", "--context", "256"]
-    argv += ["--score", "64", "--repeats", "1", "--json", str(path)]
+    argv += ["--score", "64", "--texts", "pydoc,code", "--repeats", "1", "--json", str(path)]
     assert main(argv) == 0
     return json.loads(path.read_text())
 
@@ -46,6 +46,12 @@ def test_sizes_are_the_payload_sizes(result: dict[str, Any]) -> None:
 def test_quality_orders_the_compressions(result: dict[str, Any]) -> None:
     fp16, int4 = result["codecs"]["fp16"], result["codecs"]["int4"]
     assert fp16["kl"] < 1e-4 and fp16["top1"] >= 0.98
-    assert fp16["ppl"] == pytest.approx(result["setup"]["reference_ppl"], rel=1e-3)
+    for text in ("pydoc", "code"):
+        scored = fp16["quality"][text]["after256"]
+        assert scored["ppl"] == pytest.approx(
+            result["setup"]["reference_ppl"][text]["after256"], rel=1e-3
+        )
     assert int4["kl"] > fp16["kl"]
+    worst = max(q["kl"] for places in int4["quality"].values() for q in places.values())
+    assert int4["kl"] == worst
     assert result["baseline_cachegen"]["bits_per_element"] < 16
