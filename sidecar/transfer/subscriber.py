@@ -481,6 +481,7 @@ class _Load:
             self.end - self.clock(),
             self.chunks.stop - index,
             [t for t in self.quality_order if t not in failed],
+            last_is_recent=self.chunks.stop == self.source.chunks,
         )
         if track is None:
             return StopReason.DEADLINE

@@ -45,11 +45,18 @@ def test_each_chunk_counts_on_the_track_the_deadline_rule_takes(catalog: Catalog
     assert int4 < int8 < fp16
     # Room for fp16 everywhere: the best track.
     assert load_seconds_estimate(sizes, rate, budget=10.0) == pytest.approx(fp16 / rate)
-    # The three whole chunks with room for exactly int8: each gets a third of the budget.
+    # Three whole chunks and the time for int8 on each. The most recent weighs two shares, so
+    # the first two get a quarter and then a third of what is left (room for int4, not int8)
+    # and the last takes int8 with what they leave (not enough for fp16).
     whole = sizes[:3]
-    assert len({s["int8"] for s in whole}) == 1  # a fixed-size codec
-    budget = sum(s["int8"] for s in whole) / rate
-    assert load_seconds_estimate(whole, rate, budget) == pytest.approx(budget)
+    assert len({(s["int8"], s["int4"], s["fp16"]) for s in whole}) == 1  # fixed-size codecs
+    int8_chunk, int4_chunk, fp16_chunk = whole[0]["int8"], whole[0]["int4"], whole[0]["fp16"]
+    budget = 3 * int8_chunk / rate
+    assert int4_chunk <= 3 * int8_chunk / 4 < int8_chunk
+    assert int4_chunk <= (3 * int8_chunk - int4_chunk) / 3 < int8_chunk
+    assert int8_chunk <= 3 * int8_chunk - 2 * int4_chunk < fp16_chunk
+    expected = (2 * int4_chunk + int8_chunk) / rate
+    assert load_seconds_estimate(whole, rate, budget) == pytest.approx(expected)
     # A narrower order, as a Load's track list would give.
     assert load_seconds_estimate(sizes, rate, 10.0, ("int4",)) == pytest.approx(int4 / rate)
     # Nothing fits: every chunk at its smallest, more than the budget (the load would stop).

@@ -13,9 +13,11 @@ from sidecar.transfer.adapt import (
     DEFAULT_PRIOR_BYTES_PER_SECOND,
     MEASURED_KL,
     QUALITY_ORDER,
+    RECENT_WEIGHT,
     ThroughputEstimate,
     choose_track,
     rank_by_quality,
+    time_share,
 )
 
 rates = st.floats(1.0, 1e11)
@@ -125,7 +127,40 @@ ORDER = ("fp16", "int8", "ac", "int4")
 def test_best_track_within_the_share_of_time_left(
     time_left: float, chunks_left: int, expected: str | None
 ) -> None:
-    assert choose_track(SIZES, 1000.0, time_left, chunks_left, ORDER) == expected
+    """CacheGen's equal shares, when the last chunk is not the load's most recent."""
+    assert choose_track(SIZES, 1000.0, time_left, chunks_left, ORDER, last_is_recent=False) == (
+        expected
+    )
+
+
+def test_the_most_recent_chunk_weighs_recent_weight_shares() -> None:
+    assert RECENT_WEIGHT == 2.0
+    assert time_share(12.0, 1) == 12.0
+    assert time_share(12.0, 5) == pytest.approx(12.0 / 6)
+    assert time_share(12.0, 5, last_is_recent=False) == pytest.approx(12.0 / 5)
+    assert time_share(-1.0, 3) == 0.0
+    with pytest.raises(ValueError):
+        time_share(1.0, 0)
+
+
+def test_a_load_takes_its_last_chunk_on_a_better_track_with_the_time_others_leave() -> None:
+    """Four chunks, 1000 B/s, 2 s: equal shares give each chunk 500 B, int8; with the most
+    recent chunk weighing two shares the first three get ac (300 B) and the last one the
+    1.1 s they leave: fp16."""
+
+    def plan(last_is_recent: bool) -> list[str | None]:
+        time_left, chosen = 2.0, []
+        for index in range(4):
+            track = choose_track(
+                SIZES, 1000.0, time_left, 4 - index, ORDER, last_is_recent=last_is_recent
+            )
+            chosen.append(track)
+            time_left -= SIZES[track] / 1000.0 if track else 0.0
+        assert time_left >= -1e-12
+        return chosen
+
+    assert plan(last_is_recent=False) == ["int8"] * 4
+    assert plan(last_is_recent=True) == ["ac", "ac", "ac", "fp16"]
 
 
 def test_tracks_outside_the_order_are_never_chosen() -> None:
@@ -159,8 +194,10 @@ def test_with_a_true_estimate_a_load_never_misses_its_deadline(
 ) -> None:
     time_left = deadline
     for index, sizes in enumerate(chunks):
-        track = choose_track(sizes, rate, time_left, len(chunks) - index)
-        budget = time_left / (len(chunks) - index) * rate
+        left = len(chunks) - index
+        track = choose_track(sizes, rate, time_left, left)
+        shares = 1 if left == 1 else left - 1 + RECENT_WEIGHT
+        budget = time_left / shares * rate
         better = QUALITY_ORDER[: QUALITY_ORDER.index(track)] if track else QUALITY_ORDER
         assert all(sizes[t] > budget for t in better if t in sizes)
         if track is None:
