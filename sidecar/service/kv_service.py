@@ -16,19 +16,17 @@ or untouched.
 from __future__ import annotations
 
 import asyncio
-import enum
 import secrets
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges
-from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count, chunk_links
+from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count, prompt_id
 from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.log import get_logger
@@ -43,7 +41,7 @@ from sidecar.service.errors import (
 )
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
-from sidecar.transfer.adapt import QUALITY_ORDER, choose_track
+from sidecar.transfer.adapt import QUALITY_ORDER, chunk_sizes, load_seconds_estimate
 from sidecar.transfer.publisher import PublishedPrompt, PublishError
 from sidecar.transfer.subscriber import (
     Availability,
@@ -53,6 +51,8 @@ from sidecar.transfer.subscriber import (
     LoadResult,
     RejectedChunk,
     StopReason,
+    contiguous_spans,
+    leading_tokens,
 )
 
 log = get_logger(__name__)
@@ -76,28 +76,6 @@ class ServiceSettings:
     """KV copies and encoded tracks kept for published prompts; the oldest go first."""
 
 
-class LoadStop(enum.Enum):
-    """Why a load ended: the subscriber's reasons, plus the two only the process knows."""
-
-    COMPLETE = "complete"
-    NOT_FOUND = "not found"
-    DEADLINE = "deadline"
-    PUBLISHER_GONE = "publisher gone"
-    CATALOG_INVALID = "catalog invalid"
-    RELAY_GONE = "relay gone"
-    CANCELLED = "cancelled"
-
-
-_STOPS = {
-    StopReason.COMPLETE: LoadStop.COMPLETE,
-    StopReason.NOT_FOUND: LoadStop.NOT_FOUND,
-    StopReason.DEADLINE: LoadStop.DEADLINE,
-    StopReason.PUBLISHER_GONE: LoadStop.PUBLISHER_GONE,
-    StopReason.CATALOG_INVALID: LoadStop.CATALOG_INVALID,
-    StopReason.SESSION_GONE: LoadStop.RELAY_GONE,
-}
-
-
 @dataclass(frozen=True, slots=True)
 class Found:
     prompt: PromptName | None
@@ -117,7 +95,7 @@ class ChunkWritten:
 @dataclass(frozen=True, slots=True)
 class LoadOutcome:
     token_count: int
-    stop: LoadStop
+    stop: StopReason
     loaded: tuple[range, ...]
     """Maximal ranges of token positions written; nothing else was touched."""
     prompt: PromptName | None = None
@@ -135,7 +113,7 @@ class LoadOutcome:
 
     @property
     def prefix_tokens(self) -> int:
-        return self.loaded[0].stop if self.loaded and self.loaded[0].start == 0 else 0
+        return leading_tokens(self.loaded)
 
     @property
     def compute_tokens(self) -> int:
@@ -228,8 +206,8 @@ class KVService:
         default = default_track or (
             self.settings.default_track if self.settings.default_track in offered else offered[0]
         )
-        links = chunk_links(token_ids, self.settings.chunk_size)
-        namespace = PromptName(buffers.model, links[-1].hex()).namespace()
+        name = PromptName(buffers.model, prompt_id(token_ids, self.settings.chunk_size))
+        namespace = name.namespace()
         known = self._published.get(namespace)
         if known is not None:
             return known
@@ -422,16 +400,16 @@ class KVService:
             if local is not None:
                 stop = self._load_local(local, write)
             elif subscriber is None:
-                stop = LoadStop.RELAY_GONE
+                stop = StopReason.RELAY_GONE
             else:
                 result = await subscriber.load(
                     buffers.model, token_ids, write, deadline, quality_order=quality_order
                 )
-                stop = _STOPS[result.stopped]
+                stop = result.stopped
         except asyncio.CancelledError:
-            stop = LoadStop.CANCELLED
+            stop = StopReason.CANCELLED
         except (MoqtApiError, ConnectionError, TimeoutError):
-            stop = LoadStop.RELAY_GONE  # closed, or silent past the MoQT request timeout
+            stop = StopReason.RELAY_GONE  # closed, or silent past the MoQT request timeout
         except Exception as exc:
             emit(exc)
             return
@@ -442,16 +420,16 @@ class KVService:
             prompt, available = result.prompt, result.available
             chunks, rejected = result.loaded, result.rejected
         outcome = LoadOutcome(
-            len(token_ids), stop, _spans(written), prompt, available, chunks, rejected
+            len(token_ids), stop, contiguous_spans(written), prompt, available, chunks, rejected
         )
         self._account(outcome, clock() - started)
         emit(outcome)
 
-    def _load_local(self, match: PrefixMatch, write: KVSink) -> LoadStop:
+    def _load_local(self, match: PrefixMatch, write: KVSink) -> StopReason:
         kv = self._local_kv[match.prompt.namespace()]
         for span in chunk_ranges(match.tokens, match.chunk_size):
             write(span, kv[:, :, span.start : span.stop])
-        return LoadStop.COMPLETE
+        return StopReason.COMPLETE
 
     def _account(self, outcome: LoadOutcome, seconds: float) -> None:
         metrics = self.metrics
@@ -485,57 +463,3 @@ class KVService:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-
-def chunk_sizes(catalog: Catalog, chunks: int) -> list[dict[str, int]]:
-    """The bytes of each of the first `chunks` chunks on every track: the catalog's where the
-    chunk is described, else (prefill still running upstream) at the bytes per token of
-    the chunks that are. The catalog must describe at least one chunk."""
-    ready = min(chunks, catalog.ready_chunks)
-    sizes = [catalog.chunk_bytes(index) for index in range(ready)]
-    if ready == chunks:
-        return sizes
-    described = range(catalog.ready_chunks)
-    tokens = catalog.chunk_span(described[-1]).stop
-    per_token = {
-        track.name: sum(catalog.chunk_bytes(i)[track.name] for i in described) / tokens
-        for track in catalog.tracks
-    }
-    for index in range(ready, chunks):
-        span = len(catalog.chunk_span(index))
-        sizes.append({track: round(rate * span) for track, rate in per_token.items()})
-    return sizes
-
-
-def load_seconds_estimate(
-    chunk_bytes: Sequence[Mapping[str, int]],
-    bytes_per_second: float,
-    budget: float,
-    quality_order: Sequence[str] = QUALITY_ORDER,
-) -> float:
-    """Seconds to fetch these chunks at `bytes_per_second`, each on the track the deadline
-    rule (`transfer.adapt.choose_track`) picks for a load given `budget` seconds.
-
-    Where the rule would stop because not even the smallest track fits, the remaining chunks
-    count at their smallest track: the estimate then exceeds the budget, which tells a model
-    server that a load in that time would leave the rest to compute.
-    """
-    elapsed = 0.0
-    for index, sizes in enumerate(chunk_bytes):
-        track = choose_track(
-            sizes, bytes_per_second, budget - elapsed, len(chunk_bytes) - index, quality_order
-        )
-        offered = [sizes[name] for name in quality_order if name in sizes]
-        elapsed += (sizes[track] if track is not None else min(offered)) / bytes_per_second
-    return elapsed
-
-
-def _spans(tokens: Sequence[range]) -> tuple[range, ...]:
-    """Chunks in load order as maximal contiguous ranges."""
-    spans: list[range] = []
-    for span in sorted(tokens, key=lambda s: s.start):
-        if spans and spans[-1].stop == span.start:
-            spans[-1] = range(spans[-1].start, span.stop)
-        else:
-            spans.append(span)
-    return tuple(spans)

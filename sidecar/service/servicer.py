@@ -32,9 +32,10 @@ from sidecar.service.errors import (
     RequestError,
     Unavailable,
 )
-from sidecar.service.kv_service import KVService, LoadOutcome, LoadStop
+from sidecar.service.kv_service import KVService, LoadOutcome
 from sidecar.tensors.errors import HandleError, HandleUnavailable, InvalidHandle
 from sidecar.tensors.handles import TensorHandle
+from sidecar.transfer.subscriber import StopReason
 
 log = get_logger(__name__)
 
@@ -118,7 +119,7 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
             async with events as progress:
                 async for event in progress:
                     yield messages.progress(event)
-                    if isinstance(event, LoadOutcome) and event.stop is LoadStop.CANCELLED:
+                    if isinstance(event, LoadOutcome) and event.stop is StopReason.CANCELLED:
                         await context.abort(
                             grpc.StatusCode.CANCELLED,
                             f"the sidecar is shutting down; LoadFinished lists the"

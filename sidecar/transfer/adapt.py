@@ -13,7 +13,8 @@ ones (KIVI keeps a recent window in full precision for the same reason). Measure
 three texts, the 64 tokens after a 4096-token prompt: int4 or fp4 with the last chunk on int8
 keeps the worst KL at 0.0069, against 0.0154 and 0.0156 all on 4 bits (docs/benchmarks.md).
 
-Pure functions of measurements; the subscriber owns the clock.
+Pure functions of measurements, and the estimates built on them (Lookup's seconds for a load);
+the subscriber owns the clock.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Only its methods are used: adapt stays importable without torch.
+    from sidecar.kvcache.catalog import Catalog
 
 MEASURED_KL: dict[str, float] = {
     "fp16": 2.5e-07,
@@ -127,3 +133,46 @@ def choose_track(
         (track for track in quality_order if track in chunk_bytes and chunk_bytes[track] <= budget),
         None,
     )
+
+
+def chunk_sizes(catalog: Catalog, chunks: int) -> list[dict[str, int]]:
+    """The bytes of each of the first `chunks` chunks on every track: the catalog's where the
+    chunk is described, else (prefill still running upstream) at the bytes per token of
+    the chunks that are. The catalog must describe at least one chunk."""
+    ready = min(chunks, catalog.ready_chunks)
+    sizes = [catalog.chunk_bytes(index) for index in range(ready)]
+    if ready == chunks:
+        return sizes
+    described = range(catalog.ready_chunks)
+    tokens = catalog.chunk_span(described[-1]).stop
+    per_token = {
+        track.name: sum(catalog.chunk_bytes(i)[track.name] for i in described) / tokens
+        for track in catalog.tracks
+    }
+    for index in range(ready, chunks):
+        span = len(catalog.chunk_span(index))
+        sizes.append({track: round(rate * span) for track, rate in per_token.items()})
+    return sizes
+
+
+def load_seconds_estimate(
+    chunk_bytes: Sequence[Mapping[str, int]],
+    bytes_per_second: float,
+    budget: float,
+    quality_order: Sequence[str] = QUALITY_ORDER,
+) -> float:
+    """Seconds to fetch these chunks at `bytes_per_second`, each on the track the deadline
+    rule (`transfer.adapt.choose_track`) picks for a load given `budget` seconds.
+
+    Where the rule would stop because not even the smallest track fits, the remaining chunks
+    count at their smallest track: the estimate then exceeds the budget, which tells a model
+    server that a load in that time would leave the rest to compute.
+    """
+    elapsed = 0.0
+    for index, sizes in enumerate(chunk_bytes):
+        track = choose_track(
+            sizes, bytes_per_second, budget - elapsed, len(chunk_bytes) - index, quality_order
+        )
+        offered = [sizes[name] for name in quality_order if name in sizes]
+        elapsed += (sizes[track] if track is not None else min(offered)) / bytes_per_second
+    return elapsed

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -70,7 +70,30 @@ class StopReason(enum.Enum):
     """The catalog track ended before describing every chunk the load wanted."""
     CATALOG_INVALID = "catalog invalid"
     """A catalog revision contradicted an earlier one: nothing more is trusted."""
-    SESSION_GONE = "session gone"
+    RELAY_GONE = "relay gone"
+    """The MoQT session the load ran on (to a relay, or to the publisher itself) closed or
+    fell silent past its request timeout."""
+    CANCELLED = "cancelled"
+    """The caller cancelled the load (a sidecar shutting down): set by the caller, never
+    returned by `KVSubscriber.load`. One enum, so a load's end has one vocabulary from the
+    subscriber to the gRPC status and the metrics."""
+
+
+def contiguous_spans(spans: Iterable[range]) -> tuple[range, ...]:
+    """Token ranges as maximal contiguous ranges, in order."""
+    joined: list[range] = []
+    for span in sorted(spans, key=lambda s: s.start):
+        if joined and joined[-1].stop == span.start:
+            joined[-1] = range(joined[-1].start, span.stop)
+        else:
+            joined.append(span)
+    return tuple(joined)
+
+
+def leading_tokens(spans: Sequence[range]) -> int:
+    """Tokens loaded from position 0 without a gap (`spans` as `contiguous_spans` gives
+    them): what a model server can use as is."""
+    return spans[0].stop if spans and spans[0].start == 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +141,12 @@ class LoadResult:
     @property
     def loaded_tokens(self) -> tuple[range, ...]:
         """Token positions written into the destination, as maximal contiguous ranges."""
-        spans: list[range] = []
-        for chunk in sorted(self.loaded, key=lambda c: c.index):
-            if spans and spans[-1].stop == chunk.tokens.start:
-                spans[-1] = range(spans[-1].start, chunk.tokens.stop)
-            else:
-                spans.append(chunk.tokens)
-        return tuple(spans)
+        return contiguous_spans(chunk.tokens for chunk in self.loaded)
 
     @property
     def prefix_tokens(self) -> int:
         """Leading tokens loaded without a gap: what a model server can use as is."""
-        spans = self.loaded_tokens
-        return spans[0].stop if spans and spans[0].start == 0 else 0
+        return leading_tokens(self.loaded_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +444,7 @@ class _Load:
             self._reject(transfer, str(exc))
             return self._retry(transfer) or await self._next(transfer.index + 1)
         except (MoqtApiError, ConnectionError):
-            return StopReason.SESSION_GONE
+            return StopReason.RELAY_GONE
         seconds = self.clock() - transfer.started
         size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
         self.subscriber.throughput = self.subscriber.throughput.observe(

@@ -9,7 +9,7 @@ import torch
 from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
-from sidecar.service.kv_service import chunk_sizes, load_seconds_estimate
+from sidecar.transfer.adapt import chunk_sizes, load_seconds_estimate
 from tests.service.sidecar_proc import synthetic_kv
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float16")
