@@ -152,10 +152,7 @@ def ac_variant(layout: KVLayout, scale: float, rotated: bool) -> Compression:
     bins = scaled_bins(layout, scale)
 
     def turn(kv: torch.Tensor) -> torch.Tensor:
-        if not rotated:
-            return kv
-        turned = rotate(kv.float().movedim(2, 0).contiguous(), layout.head_dim)
-        return turned.movedim(0, 2).to(kv.dtype)
+        return rotate(kv.float(), layout.head_dim).to(kv.dtype) if rotated else kv
 
     return _CodecCompression(
         name=f"ac x{scale:g}{' rotated' if rotated else ''}",
@@ -334,6 +331,18 @@ def render_quality(rows: Sequence[tuple[str, Figures]]) -> Table:
     return table
 
 
+def ranking(kl: dict[str, float]) -> dict[str, Any]:
+    """The order these figures give, and whether `transfer.adapt.QUALITY_ORDER` agrees on the
+    tracks measured (a run over a subset of codecs, texts or places compares only those)."""
+    measured = list(adapt.rank_by_quality(kl))
+    configured = [track for track in adapt.QUALITY_ORDER if track in kl]
+    return {
+        "measured": measured,
+        "transfer.adapt.QUALITY_ORDER": configured,
+        "matches": measured == configured,
+    }
+
+
 def places(args: argparse.Namespace) -> tuple[Place, ...]:
     """`quality.PLACES`, or the one place that --context and --score name."""
     if args.context is None:
@@ -348,6 +357,11 @@ def _check(args: argparse.Namespace) -> None:
     unknown_texts = sorted(set(args.texts) - set(TEXTS))
     if unknown_texts or not args.texts:
         raise SystemExit(f"unknown texts {unknown_texts}; known: {','.join(TEXTS)}")
+    for text in args.texts:
+        try:
+            TEXTS[text]()
+        except OSError as exc:
+            raise SystemExit(f"text {text!r} is not on this machine: {exc}") from None
     if (args.context is None) != (args.score is None):
         raise SystemExit("--context and --score go together")
     if args.context is not None and not (args.context >= 1 and args.score >= 1):
@@ -417,10 +431,7 @@ def run(args: argparse.Namespace) -> int:
         "goals": {name: asdict(GOALS[name]) for name, _ in rows},
         "goals_met": goals,
         "rate_distortion": curve,
-        "ranking": {
-            "measured": list(adapt.rank_by_quality({name: f.kl for name, f in rows})),
-            "transfer.adapt.QUALITY_ORDER": list(adapt.QUALITY_ORDER),
-        },
+        "ranking": ranking({name: figures.kl for name, figures in rows}),
     }
     if curve:
         console.print(render(list(_curve_rows(curve)), {}, "ac rate-distortion sweep"))

@@ -57,7 +57,8 @@ QUALITY_ORDER: tuple[str, ...] = rank_by_quality(MEASURED_KL)
 
 RECENT_WEIGHT = 2.0
 """Shares of the time left that the load's most recent chunk may take: enough for an 8-bit
-chunk while the others go on 4 bits, at 3% less time for each of 32 others."""
+chunk while the others go on 4 bits, at 3% less time for each of the other 31 of a
+4096-token load."""
 
 DEFAULT_PRIOR_BYTES_PER_SECOND = 125e6
 """1 Gbit/s before the first measurement: the low end of a datacenter link, so the first

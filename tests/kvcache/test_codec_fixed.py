@@ -253,6 +253,9 @@ def test_truncated_overlong_and_versionless_payloads(name: str) -> None:
         ("int8", 5, b"\x80"),  # -128
         ("int4", 5, b"\x08"),  # nibble -8 (one scale per head: still 2 with one head)
         ("fp8", 2, b"\xfc"),  # negative scale
+        ("int8", 1, b"\x00\x00"),  # scale 0: scales are at least 2^-14
+        ("int4", 1, b"\x00\x80"),  # scale -0.0
+        ("fp4", 1, b"\x01\x00"),  # subnormal scale 2^-24
         ("int8", 1, b"\x00\x7c"),  # scale +Inf
     ],
 )
@@ -270,12 +273,14 @@ def test_int4_scales_are_per_head_in_layer_kv_head_order() -> None:
     (payload,) = codec.encode(kv, layout)
     assert len(payload) == 1 + 2 * 2 * 2 * 2 + 2 * 2 * 8 // 2
     whole = codec.decode([payload], layout)
-    # Zero the scale of (layer 1, V, head 0): that head alone decodes to zeros.
+    # Shrink the scale of (layer 1, V, head 0) to the smallest one (2^-14): that head alone
+    # decodes to nearly zero.
     offset = 1 + 2 * ((1 * 2 + 1) * 2 + 0)
-    zeroed = codec.decode([payload[:offset] + b"\x00\x00" + payload[offset + 2 :]], layout)
-    assert whole[1, 1, :, 0].any() and not zeroed[1, 1, :, 0].any()
-    zeroed[1, 1, :, 0] = whole[1, 1, :, 0]
-    assert torch.equal(zeroed, whole)
+    shrunk = codec.decode([payload[:offset] + b"\x00\x04" + payload[offset + 2 :]], layout)
+    assert whole[1, 1, :, 0].abs().max() > 0.1
+    assert shrunk[1, 1, :, 0].abs().max() <= 7 * 2.0**-14 * 4
+    shrunk[1, 1, :, 0] = whole[1, 1, :, 0]
+    assert torch.equal(shrunk, whole)
 
 
 @pytest.mark.parametrize("name", SCALED)

@@ -67,7 +67,7 @@ def test_kl_within_bound(name: str, text: str, place: Place) -> None:
     assert quality.kl <= KL_BOUNDS[name]
 
 
-def test_rotation_is_what_keeps_int4_within_its_bound() -> None:
+def test_the_rotation_at_least_halves_int4s_kl() -> None:
     """The same int4 grid without the Hadamard rotation (one scale per head) is far worse."""
 
     def unrotated_int4(kv: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
+from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.codecs.rotation import block_size, rotate
+from sidecar.kvcache.layout import KVLayout
 
 
 def sylvester(size: int) -> torch.Tensor:
@@ -58,3 +60,31 @@ def test_blocks_never_straddle_heads() -> None:
     rotated = rotate(values, 12)
     assert torch.equal(rotated[4:8], torch.tensor([0.5, -0.5, 0.5, -0.5]))
     assert not rotated[:4].any() and not rotated[8:].any()
+
+
+@pytest.mark.parametrize("name", ["fp8", "int8", "fp4", "int4"])
+def test_encoding_gives_the_same_bytes_whatever_the_threads_or_the_memory_offset(
+    name: str,
+) -> None:
+    """A publisher re-encodes a lazy track when it is first asked for, and the bytes must
+    match the digests its catalog already published (transfer/publisher.py)."""
+    layout = KVLayout(4, 3, 64, dtype="float16")
+    generator = torch.Generator().manual_seed(7)
+    kv = (torch.randn(layout.shape(128), generator=generator) * 3).half()
+    kv[..., 5] *= 40  # an outlier channel, as real K has
+    codec = get_codec(name)
+    reference = codec.encode(kv, layout)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            assert codec.encode(kv.clone(), layout) == reference
+            # The same values at another offset in memory, and as a strided slice.
+            padded = torch.zeros(kv.numel() + 3, dtype=kv.dtype)
+            padded[3:] = kv.flatten()
+            assert codec.encode(padded[3:].view(kv.shape), layout) == reference
+            wider = torch.zeros(layout.shape(256), dtype=kv.dtype)
+            wider[:, :, 64:192] = kv
+            assert codec.encode(wider[:, :, 64:192], layout) == reference
+    finally:
+        torch.set_num_threads(threads)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sidecar.models.corpus import TEXTS, pydoc_text, pydoc_token_ids, text_token_ids
+from sidecar.models.quality import PLACES
 from sidecar.models.smollm2 import load_tokenizer
 
-QUALITY_TOKENS = 4096 + 64 + 1
-"""The longest prompt the quality harness reads (sidecar/models/quality.py, AFTER_PROMPT)."""
+QUALITY_TOKENS = max(place.context + place.score for place in PLACES) + 1
+"""The longest prompt the quality harness reads (its last token is only a target)."""
 
 
 def test_text_is_long_and_stable() -> None:

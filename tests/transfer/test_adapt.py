@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,7 +12,6 @@ from hypothesis import strategies as st
 from sidecar.kvcache.naming import PAYLOAD_TRACKS
 from sidecar.transfer.adapt import (
     DEFAULT_PRIOR_BYTES_PER_SECOND,
-    MEASURED_KL,
     QUALITY_ORDER,
     RECENT_WEIGHT,
     ThroughputEstimate,
@@ -28,10 +28,10 @@ def test_quality_order_covers_every_payload_track() -> None:
     assert sorted(QUALITY_ORDER) == sorted(PAYLOAD_TRACKS)
 
 
-def test_quality_order_follows_the_measured_kl() -> None:
-    assert rank_by_quality(MEASURED_KL) == QUALITY_ORDER
-    kls = [MEASURED_KL[track] for track in QUALITY_ORDER]
-    assert kls == sorted(kls)
+def test_quality_order_is_the_measured_ranking_the_docs_state() -> None:
+    assert QUALITY_ORDER == ("fp16", "bf16", "int8", "fp8", "int4", "fp4", "ac")
+    wire_format = (Path(__file__).parents[2] / "docs" / "wire-format.md").read_text()
+    assert f"`{' '.join(QUALITY_ORDER)}`" in wire_format
 
 
 def test_ranking_puts_lower_kl_first_and_breaks_ties_by_name() -> None:

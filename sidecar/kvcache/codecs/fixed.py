@@ -37,15 +37,16 @@ SMALLEST_SCALE = 2.0**-14
 at most 2^-11 of it and `y / scale` exceeds QMAX by at most that much: the quantizers may
 clamp after casting to integers. (A subnormal scale could round down by a third and push
 int8 codes past 127, where the cast wraps them to negative values.) Groups whose largest
-value is below `QMAX * 2^-14` get a coarser step, at most 2^-15 in absolute terms."""
+value is below `QMAX * 2^-14` get a coarser step: their values' error stays below 2^-14. A
+decoder refuses any scale below it (zero, negative, subnormal): no encoder emits one."""
 
 
 @dataclass(frozen=True)
 class ElementFormat:
     """How scaled values become packed bytes and back, for one compression.
 
-    `quantize` maps float32 `[T, N]` (already divided by the token's scale, so within
-    `[-qmax, qmax]`) to uint8 `[T, N * bits / 8]`; `dequantize` is its inverse and returns
+    `quantize` maps float32 `[T, N]` (already divided by its group's scale, so within
+    `qmax * (1 + 2^-11)`: the scale is rounded to fp16) to uint8 `[T, N * bits / 8]`; `dequantize` is its inverse and returns
     NaN for codes the encoder never emits (NaN patterns, -128 in int8, ...), which the
     decoder then rejects with one finiteness check.
     `qmax` is None for exact casts, which carry no scales.
@@ -167,8 +168,11 @@ class FixedWidthCodec(Codec):
         if self.element.qmax is not None:
             groups = self.scale_groups(layout)
             scales = rows[:, 1:start].clone(memory_format=torch.contiguous_format).view(SCALE_DTYPE)
-            if bool((scales < 0).any()):
-                raise PayloadError(f"{self.name} payload carries a negative scale")
+            if bool((scales < SMALLEST_SCALE).any()):
+                raise PayloadError(
+                    f"{self.name} payload carries a scale below 2^-14 (zero, negative or "
+                    "subnormal), which no encoder emits"
+                )
             values = values.view(num_tokens, layout.num_layers, 2, groups, -1)
             values = values.mul_(scales.view(num_tokens, layout.num_layers, 2, groups, 1))
             values = rotate(values, layout.head_dim)

@@ -1,6 +1,7 @@
 """`fp4`: OCP e2m1 (sign, 2 exponent bits, 1 mantissa bit), two elements a byte.
 
-One scale per token, layer and K|V maps the largest magnitude to 6, e2m1's largest value.
+One scale per token, layer and K|V maps the row's largest rotated magnitude to 6, e2m1's
+largest value.
 (A scale per head, as int4 has, measured no better: e2m1's levels are dense near zero, where
 a quiet head's values fall.)
 """

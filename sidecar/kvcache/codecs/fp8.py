@@ -1,6 +1,6 @@
 """`fp8`: OCP e4m3 (`float8_e4m3fn`) with one scale per token, layer and K|V.
 
-The scale maps the token's largest magnitude to 448, e4m3's largest finite value, so the
+The scale maps the largest magnitude of a row's rotated values to 448, e4m3's largest finite value, so the
 format's full dynamic range is used and nothing saturates.
 """
 

@@ -15,6 +15,13 @@ Measured on SmolLM2's KV (docs/benchmarks.md, "Codecs"): int4's KL over the 64 t
 
 The block is the largest power of two that divides `head_dim` (the whole head for every
 common model: 64, 128), so blocks never straddle heads.
+
+A publisher re-encodes a lazily offered track when it is first asked for, and the bytes must
+match the digests its catalog already published: the product is one float32 matrix product
+per block, whose sums this CPU's library orders the same way whatever the thread count or
+the tensor's offset in memory (tested in tests/kvcache/test_codec_rotation.py). A library
+that did not would make that track's chunks fail verification, never land wrong bytes: the
+subscriber then takes another track.
 """
 
 from __future__ import annotations
@@ -24,13 +31,11 @@ import math
 
 import torch
 
-MAX_BLOCK = 1024
-"""head_dim is bounded by `layout.MAX_HEAD_DIM` (1024), so blocks are too."""
-
 
 def block_size(head_dim: int) -> int:
-    """The rotation's block: the largest power of two that divides `head_dim`."""
-    return min(head_dim & -head_dim, MAX_BLOCK)
+    """The rotation's block: the largest power of two that divides `head_dim` (bounded by
+    `layout.MAX_HEAD_DIM`, as head_dim is)."""
+    return head_dim & -head_dim
 
 
 @functools.cache
