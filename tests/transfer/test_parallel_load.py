@@ -9,6 +9,7 @@ import torch
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import PromptName
 from sidecar.moqt.tls import CertificatePaths
+from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.parallel import (
     LoadWorkers,
     Share,
@@ -164,3 +165,35 @@ def test_merge_keeps_the_first_incomplete_reason_and_every_chunk() -> None:
     assert [c.index for c in merged.rejected] == [1]
     assert merged.stopped is StopReason.DEADLINE
     assert merge_results([first, first]).stopped is StopReason.COMPLETE
+
+
+def test_only_the_share_that_ends_the_load_weights_its_last_chunk(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Three sessions take chunks [0, 2), [2, 4), [4, 6). Each share's first chunk is chosen
+    at the same prior throughput (1000 B/s) with 8.2 s: the first two shares split their time
+    in 2 (4100 B: room for int8, 3280 B, not fp16), the one that ends the load in 1 + 2 for
+    its most recent chunk (2733 B: int4, 1936 B). A lookup slower than 1.6 s would change it."""
+    kv = synthetic_kv(len(TOKENS), LAYOUT, seed=22)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            publisher, session = await net.publisher()
+            prompt = publisher.prompt(
+                MODEL, LAYOUT, TOKENS, tracks=("fp16", "int8", "int4"), chunk_size=CHUNK
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            assert prompt.catalog is not None
+            sizes = prompt.catalog.chunk_bytes(0)
+            assert (sizes["fp16"], sizes["int8"], sizes["int4"]) == (6160, 3280, 1936)
+            subscribers = [await net.subscriber(CHUNK) for _ in range(3)]
+            for subscriber in subscribers:
+                subscriber.throughput = ThroughputEstimate(bytes_per_second=1000.0)
+            out = torch.zeros_like(kv)
+            result = await load_parallel(subscribers, MODEL, TOKENS, out, 8.2)
+            assert result.stopped is StopReason.COMPLETE
+            first = {chunk.index: chunk.track for chunk in result.loaded if chunk.index % 2 == 0}
+            assert first == {0: "int8", 2: "int8", 4: "int4"}
+
+    run(main)
