@@ -22,7 +22,7 @@ import torch
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.moqt import api, transport
 from sidecar.moqt.tls import CertificatePaths
-from sidecar.transfer.publisher import KVPublisher
+from sidecar.transfer.publisher import KVPublisher, PayloadHook, PublishedPrompt
 from sidecar.transfer.subscriber import KVSubscriber
 from tests.moqt.test_relay_harness import REPO, settings_for
 
@@ -54,6 +54,31 @@ class Network:
 
     async def subscriber(self, chunk_size: int = DEFAULT_CHUNK_SIZE) -> KVSubscriber:
         return KVSubscriber(await self.session(), chunk_size=chunk_size)
+
+    async def published(
+        self,
+        layout: KVLayout,
+        token_ids: Sequence[int],
+        kv: torch.Tensor,
+        *,
+        tracks: Sequence[str],
+        chunk_size: int,
+        payload_hook: PayloadHook | None = None,
+    ) -> PublishedPrompt:
+        """A prompt declared, announced and published whole on a publisher session of its
+        own: where most transfer tests start."""
+        publisher, session = await self.publisher()
+        prompt = publisher.prompt(
+            MODEL,
+            layout,
+            token_ids,
+            tracks=tracks,
+            chunk_size=chunk_size,
+            payload_hook=payload_hook,
+        )
+        await session.publish_namespace(prompt.namespace)
+        await prompt.publish(kv)
+        return prompt
 
 
 @asynccontextmanager

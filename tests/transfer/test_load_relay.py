@@ -32,12 +32,9 @@ def test_whole_prompt_loads_on_the_default_track(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(
-                MODEL, LAYOUT, token_ids, tracks=("int8", "fp16"), chunk_size=CHUNK
+            prompt = await net.published(
+                LAYOUT, token_ids, kv, tracks=("int8", "fp16"), chunk_size=CHUNK
             )
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
             subscriber = await net.subscriber(CHUNK)
             found = await subscriber.lookup(MODEL, token_ids)
             assert (found.prompt, found.tokens, found.ready_tokens) == (prompt.name, 70, 70)
@@ -70,12 +67,9 @@ def test_a_track_is_encoded_when_first_asked_for(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(
-                MODEL, LAYOUT, token_ids, tracks=("int8", "fp16", "int4"), chunk_size=CHUNK
+            prompt = await net.published(
+                LAYOUT, token_ids, kv, tracks=("int8", "fp16", "int4"), chunk_size=CHUNK
             )
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
             assert prompt.kept_tracks == ("int8",)
             subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
@@ -134,10 +128,7 @@ def test_a_longer_prompt_loads_the_shared_prefix(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(MODEL, LAYOUT, published, tracks=("int8",), chunk_size=CHUNK)
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
+            prompt = await net.published(LAYOUT, published, kv, tracks=("int8",), chunk_size=CHUNK)
             subscriber = await net.subscriber(CHUNK)
             found = await subscriber.lookup(MODEL, query)
             assert (found.prompt, found.tokens) == (prompt.name, 3 * CHUNK)
@@ -163,10 +154,7 @@ def test_a_diverging_prompt_is_found_from_a_catalog_seen_before(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(MODEL, LAYOUT, first, tracks=("int8",), chunk_size=CHUNK)
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
+            prompt = await net.published(LAYOUT, first, kv, tracks=("int8",), chunk_size=CHUNK)
             subscriber = await net.subscriber(CHUNK)
             assert (await subscriber.lookup(MODEL, second)).tokens == 0
             assert (await subscriber.lookup(MODEL, first)).tokens == len(first)
@@ -213,12 +201,9 @@ def test_a_corrupted_object_rejects_its_chunk_only(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(
-                MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK, payload_hook=corrupt
+            await net.published(
+                LAYOUT, token_ids, kv, tracks=("int8",), chunk_size=CHUNK, payload_hook=corrupt
             )
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
             subscriber = await net.subscriber(CHUNK)
             out = torch.full(kv.shape, float("nan"))
             result = await subscriber.load(MODEL, token_ids, out, 30)
@@ -245,10 +230,7 @@ def test_no_time_loads_nothing(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
+            await net.published(LAYOUT, token_ids, kv, tracks=("int8",), chunk_size=CHUNK)
             subscriber = await net.subscriber(CHUNK)
             result = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 0)
             assert result.stopped is StopReason.DEADLINE and not result.loaded
@@ -266,10 +248,7 @@ def test_the_relay_serves_later_decoders_from_its_cache(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
+            prompt = await net.published(LAYOUT, token_ids, kv, tracks=("int8",), chunk_size=CHUNK)
             expected = roundtrip("int8", kv)
             for _ in range(3):
                 subscriber = await net.subscriber(CHUNK)
@@ -323,10 +302,7 @@ def test_concurrent_loads_of_one_prompt_share_its_catalog(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(MODEL, LAYOUT, token_ids, tracks=("int8",), chunk_size=CHUNK)
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
+            await net.published(LAYOUT, token_ids, kv, tracks=("int8",), chunk_size=CHUNK)
             subscriber = await net.subscriber(CHUNK)
             outs = [torch.zeros_like(kv), torch.zeros_like(kv)]
             first, second, found = await asyncio.gather(
@@ -355,12 +331,9 @@ def test_a_generous_deadline_takes_the_best_track(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(
-                MODEL, LAYOUT, token_ids, tracks=("int4", "int8", "fp16"), chunk_size=CHUNK
+            await net.published(
+                LAYOUT, token_ids, kv, tracks=("int4", "int8", "fp16"), chunk_size=CHUNK
             )
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
             subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
             result = await subscriber.load(MODEL, token_ids, out, 60)
@@ -460,12 +433,7 @@ def test_a_load_starts_from_the_throughput_earlier_loads_measured(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(
-                MODEL, LAYOUT, token_ids, tracks=("int8", "fp16"), chunk_size=CHUNK
-            )
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
+            await net.published(LAYOUT, token_ids, kv, tracks=("int8", "fp16"), chunk_size=CHUNK)
             slow = ThroughputEstimate(bytes_per_second=8000.0)
             subscriber = KVSubscriber(await net.session(), chunk_size=CHUNK, throughput=slow)
             first = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 3)

@@ -40,12 +40,9 @@ async def _publish(net: Network, kv: torch.Tensor, corrupt: int | None = None) -
     def hook(track: str, group: int, obj: int, payload: bytes) -> bytes:
         return bytes(b ^ 0xFF for b in payload) if group == corrupt else payload
 
-    publisher, session = await net.publisher()
-    prompt = publisher.prompt(
-        MODEL, LAYOUT, TOKENS, tracks=("int8",), chunk_size=CHUNK, payload_hook=hook
+    prompt = await net.published(
+        LAYOUT, TOKENS, kv, tracks=("int8",), chunk_size=CHUNK, payload_hook=hook
     )
-    await session.publish_namespace(prompt.namespace)
-    await prompt.publish(kv)
     return prompt.name
 
 
@@ -178,12 +175,9 @@ def test_only_the_share_that_ends_the_load_weights_its_last_chunk(
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            publisher, session = await net.publisher()
-            prompt = publisher.prompt(
-                MODEL, LAYOUT, TOKENS, tracks=("fp16", "int8", "int4"), chunk_size=CHUNK
+            prompt = await net.published(
+                LAYOUT, TOKENS, kv, tracks=("fp16", "int8", "int4"), chunk_size=CHUNK
             )
-            await session.publish_namespace(prompt.namespace)
-            await prompt.publish(kv)
             assert prompt.catalog is not None
             sizes = prompt.catalog.chunk_bytes(0)
             assert (sizes["fp16"], sizes["int8"], sizes["int4"]) == (6160, 3280, 1936)
