@@ -1018,10 +1018,6 @@ class Relay:
         if fetch.peer.fetches.get(fetch.request_id) is not fetch:
             return
         session = self._session(fetch.peer)
-        if not session.fetch_open(fetch.request_id):
-            # The peer's FETCH_CANCEL was read in the same batch as what queued this object;
-            # its FetchCancelled event, handled next, forgets the fetch.
-            return
         if fetch.stream_id is None:
             fetch.stream_id = session.open_fetch_stream(fetch.request_id)
         session.send_fetch_object(

@@ -625,15 +625,10 @@ class MoqtSession:
         stream.previous_id = object_id
         self._write_stream(stream_id, data, end_stream)
 
-    def fetch_open(self, request_id: int) -> bool:
-        """Whether the peer's FETCH ``request_id`` is accepted and not over: its objects may
-        still be sent. False as soon as its FETCH_CANCEL has been read, which can be before
-        the application has handled the ``FetchCancelled`` event it raises."""
-        return isinstance(self._inbound.get(request_id), Fetch) and request_id in self._answered
-
     def open_fetch_stream(self, request_id: int) -> int:
         """Open the response stream of a FETCH we accepted."""
-        if not self.fetch_open(request_id):
+        request = self._inbound.get(request_id)
+        if not isinstance(request, Fetch) or request_id not in self._answered:
             raise UsageError(f"no accepted fetch {request_id}")
         return self._open_out_stream(request_id, FetchHeader(request_id))
 

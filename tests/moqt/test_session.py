@@ -290,12 +290,8 @@ def test_fetch_cancel_resets_the_stream(pair: SessionPair) -> None:
     stream = server.open_fetch_stream(request_id)
     server.send_fetch_object(stream, 0, 0, 0, b"a")
     pair.pump()
-    assert server.fetch_open(request_id)
     client.fetch_cancel(request_id)
     pair.pump()
-    # Closed as soon as FETCH_CANCEL is read, before the application sees its event: a relay
-    # asks before writing what it queued for the fetch.
-    assert not server.fetch_open(request_id)
     # FETCH_CANCEL and the STOP_SENDING of the stream race; whichever lands first ends the fetch.
     ended = _of(pair.take("server"), ev.FetchCancelled | ev.DataStreamStopped)
     assert [e.request_id for e in ended] == [request_id]
