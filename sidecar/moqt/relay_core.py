@@ -25,6 +25,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum, auto
 from typing import Any, ClassVar, Protocol
 
 from . import events as ev
@@ -120,6 +121,10 @@ class Downstream:
 
 @dataclass(eq=False)
 class DownstreamFetch:
+    """A FETCH the relay accepted. One forwarded upstream is answered when upstream answers,
+    but upstream's objects travel on their own stream and may come first: until FETCH_OK
+    has gone down they wait in ``early`` (None once it has)."""
+
     peer: Peer
     request_id: int
     track: FullTrackName
@@ -127,6 +132,30 @@ class DownstreamFetch:
     end: Location
     descending: bool
     stream_id: int | None = None
+    early: list[_FetchSend | _FetchEnd] | None = None
+    early_bytes: int = 0
+
+
+class UpstreamState(Enum):
+    SUBSCRIBING = auto()  # our SUBSCRIBE is on its way: subscribers wait for SUBSCRIBE_OK
+    LIVE = auto()  # objects flow
+    ENDING = auto()  # PUBLISH_DONE came or the publisher left: over once its streams end
+
+
+@dataclass(eq=False)
+class Upstream:
+    """Where a track's objects come from: a SUBSCRIBE the relay sent, or a PUBLISH."""
+
+    peer: Peer
+    request_id: int
+    state: UpstreamState
+    pushed: bool = False  # the publisher sent PUBLISH: it keeps the track until it ends it
+    # What subscribers are told when it is over (PUBLISH_DONE's status and reason).
+    done: tuple[int, str] = (PublishDoneStatus.TRACK_ENDED, "")
+
+    def end(self, status: int, reason: str) -> None:
+        if self.state is not UpstreamState.ENDING:
+            self.state, self.done = UpstreamState.ENDING, (status, reason)
 
 
 @dataclass(eq=False)
@@ -134,16 +163,26 @@ class Track:
     """A track the relay carries: its upstream (if any) and its downstream subscriptions."""
 
     name: FullTrackName
-    upstream: Peer | None = None
-    upstream_request: int | None = None
-    upstream_ready: bool = False
-    pushed: bool = False  # the publisher sent PUBLISH: it keeps the track until it ends it
+    upstream: Upstream | None = None
     largest: Location | None = None
     group_order: GroupOrder = GroupOrder.ASCENDING
     subscribers: list[Downstream] = field(default_factory=list)
     waiting: list[tuple[Peer, Subscribe]] = field(default_factory=list)
     live_streams: dict[int, tuple[int, int]] = field(default_factory=dict)  # upstream stream
-    done: tuple[int, str] | None = None  # upstream PUBLISH_DONE, held until its streams end
+
+    def upstream_in(self, state: UpstreamState) -> bool:
+        return self.upstream is not None and self.upstream.state is state
+
+    def attach(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        upstream.peer.upstreams[upstream.request_id] = self
+
+    def detach(self) -> Upstream | None:
+        """Forget the upstream (its peer forgets the track too); the one it had, if any."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.peer.upstreams.pop(upstream.request_id, None)
+        return upstream
 
 
 # Outbox items: all that is bound for one peer, in order.
@@ -346,7 +385,7 @@ class Relay:
             )
             return
         if track is not None and track.upstream is not None:
-            if track.upstream_ready or track.done is not None:  # live, or ending: answer now
+            if not track.upstream_in(UpstreamState.SUBSCRIBING):  # live, or ending: answer now
                 self._accept(peer, track, message)
             else:
                 track.waiting.append((peer, message))
@@ -383,8 +422,7 @@ class Relay:
         except UsageError as exc:
             logger.info("relay: cannot subscribe upstream to %s: %s", track.name, exc)
             return False
-        track.upstream, track.upstream_request, track.upstream_ready = publisher, request_id, False
-        publisher.upstreams[request_id] = track
+        track.attach(Upstream(publisher, request_id, UpstreamState.SUBSCRIBING))
         return True
 
     def _accept(self, peer: Peer, track: Track, message: Subscribe) -> None:
@@ -436,9 +474,10 @@ class Relay:
         message = event.message
         if isinstance(message, SubscribeOk):
             track = peer.upstreams.get(event.request_id)
-            if track is None:
+            if track is None or not track.upstream_in(UpstreamState.SUBSCRIBING):
                 return
-            track.upstream_ready = True
+            assert track.upstream is not None
+            track.upstream.state = UpstreamState.LIVE
             track.group_order = _known_order(message.group_order)
             if message.largest is not None and (
                 track.largest is None or message.largest > track.largest
@@ -450,13 +489,19 @@ class Relay:
                     self._accept(subscriber, track, subscribe)
         elif isinstance(message, FetchOk):
             fetch = peer.upstream_fetches.get(event.request_id)
-            if fetch is not None and not fetch.peer.gone:
-                self._session(fetch.peer).fetch_ok(
-                    fetch.request_id,
-                    message.end,
-                    end_of_track=message.end_of_track,
-                    group_order=_known_order(message.group_order),
-                )
+            if fetch is None or fetch.early is None or fetch.peer.gone:
+                return
+            self._session(fetch.peer).fetch_ok(
+                fetch.request_id,
+                message.end,
+                end_of_track=message.end_of_track,
+                group_order=_known_order(message.group_order),
+            )
+            early, fetch.early = fetch.early, None
+            for item in early:
+                self._enqueue(fetch.peer, item)
+            if early and isinstance(early[-1], _FetchEnd):  # upstream's stream is over
+                del peer.upstream_fetches[event.request_id]
         elif isinstance(message, TrackStatusOk):
             asker = peer.status_requests.pop(event.request_id, None)
             if asker is not None and not asker[0].gone:
@@ -467,9 +512,9 @@ class Relay:
     def _on_upstream_rejected(self, peer: Peer, event: ev.RequestRejected) -> None:
         request_id = event.request_id
         code, reason = event.message.error_code, event.message.reason
-        track = peer.upstreams.pop(request_id, None)
+        track = peer.upstreams.get(request_id)
         if track is not None:
-            track.upstream = track.upstream_request = None
+            track.detach()
             waiting, track.waiting = track.waiting, []
             for subscriber, subscribe in waiting:
                 if not subscriber.gone:
@@ -506,9 +551,8 @@ class Relay:
 
     def _on_publish_ended(self, peer: Peer, event: ev.SubscriptionEnded) -> None:
         track = peer.upstreams.get(event.request_id)
-        if track is not None:
-            track.done = (event.message.status_code, event.message.reason)
-            track.upstream_ready = False
+        if track is not None and track.upstream is not None:
+            track.upstream.end(event.message.status_code, event.message.reason)
             self._upstream_over(track)
 
     # ------------------------------------------------------------------------------------
@@ -522,11 +566,9 @@ class Relay:
             self._session(peer).reject(message.request_id, PublishErrorCode.NOT_SUPPORTED, reason)
             return
         self._session(peer).publish_ok(message.request_id, group_order=message.group_order)
-        track.upstream, track.upstream_request = peer, message.request_id
-        track.upstream_ready = track.pushed = True
+        track.attach(Upstream(peer, message.request_id, UpstreamState.LIVE, pushed=True))
         track.group_order = _known_order(message.group_order)
         track.largest = message.largest
-        peer.upstreams[message.request_id] = track
         try:
             self._publish_namespace(peer, message.track.namespace)  # PUBLISH implies it
         except RoutingLimitExceeded as exc:  # the track itself is still relayed
@@ -538,7 +580,7 @@ class Relay:
     def _on_track_status(self, peer: Peer, event: ev.TrackStatusRequested) -> None:
         message = event.message
         track = self.tracks.get(message.track)
-        if track is not None and track.upstream_ready:
+        if track is not None and track.upstream_in(UpstreamState.LIVE):
             self._session(peer).track_status_ok(
                 message.request_id, largest=self._largest(track), group_order=track.group_order
             )
@@ -590,6 +632,7 @@ class Relay:
         except UsageError:
             self._fetch_from_cache(fetch)
             return
+        fetch.early = []
         publisher.upstream_fetches[request_id] = fetch
         peer.fetches[message.request_id] = fetch
 
@@ -667,7 +710,9 @@ class Relay:
             fetch = peer.upstream_fetches.get(event.request_id)
             if fetch is not None:
                 self.cache.add(fetch.track, event.group_id, obj, refill=True)
-                self._enqueue(fetch.peer, _FetchSend(fetch, event.group_id, obj))
+                self._forward_fetched(
+                    peer, event.request_id, _FetchSend(fetch, event.group_id, obj)
+                )
             return
         track = peer.upstreams.get(event.request_id)
         if track is None:
@@ -705,11 +750,13 @@ class Relay:
 
     def _on_stream_ended(self, peer: Peer, event: ev.DataStreamEnded | ev.DataStreamReset) -> None:
         reset = isinstance(event, ev.DataStreamReset)
-        fetch = peer.upstream_fetches.pop(event.request_id, None)
+        fetch = peer.upstream_fetches.get(event.request_id)
         if fetch is not None:
             if not reset:
                 self._fetched_whole_groups(fetch)
-            self._enqueue(fetch.peer, _FetchEnd(fetch, reset))
+            if fetch.early is None:
+                del peer.upstream_fetches[event.request_id]
+            self._forward_fetched(peer, event.request_id, _FetchEnd(fetch, reset))
             return
         track = peer.upstreams.get(event.request_id)
         if track is None:
@@ -721,8 +768,31 @@ class Relay:
             self.cache.mark_complete(track.name, key[0])
         for sub in track.subscribers:
             self._enqueue(sub.peer, _EndStream(sub, key, reset))
-        if track.done is not None:
+        if track.upstream_in(UpstreamState.ENDING):
             self._upstream_over(track)
+
+    def _forward_fetched(
+        self, upstream: Peer, request_id: int, item: _FetchSend | _FetchEnd
+    ) -> None:
+        """Pass on what upstream sent for a FETCH, or hold it until FETCH_OK (bounded like
+        an outbox: past ``max_queued_bytes`` the FETCH fails both ways)."""
+        fetch = item.fetch
+        if fetch.early is None:
+            self._enqueue(fetch.peer, item)
+            return
+        fetch.early.append(item)
+        fetch.early_bytes += _item_size(item)
+        if fetch.early_bytes > self.limits.max_queued_bytes:
+            del upstream.upstream_fetches[request_id]
+            self._session(upstream).fetch_cancel(request_id)
+            self._refuse_fetch(fetch, "upstream sent too much before FETCH_OK")
+
+    def _refuse_fetch(self, fetch: DownstreamFetch, reason: str) -> None:
+        """FETCH_ERROR for a forwarded FETCH that was never answered."""
+        if fetch.peer.fetches.pop(fetch.request_id, None) is fetch:
+            self._session(fetch.peer).reject(
+                fetch.request_id, FetchErrorCode.INTERNAL_ERROR, reason
+            )
 
     def _fetched_whole_groups(self, fetch: DownstreamFetch) -> None:
         """A FETCH answered in full holds every object of the groups its range covers."""
@@ -763,10 +833,14 @@ class Relay:
                 for key in track.live_streams.values():
                     self._enqueue(sub.peer, _EndStream(sub, key, reset=True))
             track.live_streams.clear()
-            track.done = track.done or (PublishDoneStatus.GOING_AWAY, "the publisher left")
+            if track.upstream is not None:
+                track.upstream.end(PublishDoneStatus.GOING_AWAY, "the publisher left")
             self._upstream_over(track)
         for fetch in peer.upstream_fetches.values():
-            self._enqueue(fetch.peer, _FetchEnd(fetch, reset=True))
+            if fetch.early is None:
+                self._enqueue(fetch.peer, _FetchEnd(fetch, reset=True))
+            else:
+                self._refuse_fetch(fetch, "the publisher left")
         for sub in list(peer.downstreams.values()):
             self._cancel(sub, reset_streams=False)
         for track in list(self.tracks.values()):
@@ -777,19 +851,16 @@ class Relay:
         """The upstream ended or left; subscriptions end once its streams have."""
         if track.live_streams:
             return
-        upstream = track.upstream
-        if upstream is not None and track.upstream_request is not None:
-            upstream.upstreams.pop(track.upstream_request, None)
-        track.upstream = track.upstream_request = None
-        track.upstream_ready = track.pushed = False
+        upstream = track.detach()
         waiting, track.waiting = track.waiting, []
         for subscriber, subscribe in waiting:
             if not subscriber.gone:
                 self._session(subscriber).reject(
                     subscribe.request_id, SubscribeErrorCode.INTERNAL_ERROR, "the publisher left"
                 )
-        status, reason = track.done or (PublishDoneStatus.TRACK_ENDED, "")
-        track.done = None
+        status, reason = (
+            upstream.done if upstream is not None else (PublishDoneStatus.TRACK_ENDED, "")
+        )
         for sub in list(track.subscribers):
             if sub.live:
                 self._end(sub, status, reason)
@@ -1082,19 +1153,16 @@ class Relay:
 
     def _end_one_lingering(self) -> None:
         for track in self.tracks.values():
-            upstream, request_id = track.upstream, track.upstream_request
+            upstream = track.upstream
             if (
                 upstream is not None
-                and request_id is not None
-                and track.upstream_ready
-                and not track.pushed
+                and upstream.state is UpstreamState.LIVE
+                and not upstream.pushed
                 and not track.subscribers
                 and not track.waiting
             ):
-                del upstream.upstreams[request_id]
-                self._session(upstream).unsubscribe(request_id)
-                track.upstream = track.upstream_request = None
-                track.upstream_ready = False
+                track.detach()
+                self._session(upstream.peer).unsubscribe(upstream.request_id)
                 track.live_streams.clear()
                 self._drop_idle(track.name)
                 return
@@ -1118,8 +1186,12 @@ class Relay:
 
     def _publisher_of(self, name: FullTrackName) -> Peer | None:
         track = self.tracks.get(name)
-        if track is not None and track.upstream is not None and track.upstream_ready:
-            return track.upstream
+        if (
+            track is not None
+            and track.upstream is not None
+            and track.upstream_in(UpstreamState.LIVE)
+        ):
+            return track.upstream.peer
         return self.namespaces.route(name.namespace)
 
     _HANDLERS: ClassVar[dict[type[ev.MoqtEvent], Callable[[Relay, Peer, Any], None]]] = {

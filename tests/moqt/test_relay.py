@@ -13,6 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from sidecar.moqt import transport
+from sidecar.moqt.data import FetchHeader, FetchObject, ObjectBody
 from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode
 from sidecar.moqt.events import (
     DataStreamEnded,
@@ -257,6 +258,42 @@ def test_fetch_goes_upstream_once_then_comes_from_the_cache(
             await decoder.next(DataStreamEnded, lambda e: e.request_id == again)
             assert received(decoder, again) == expected(2, 3, 3000)
             assert len(publisher.of(FetchRequested)) == 1
+
+    run(main)
+
+
+def test_fetch_objects_that_overtake_fetch_ok_wait_for_it(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """A publisher's FETCH stream and its FETCH_OK travel on different QUIC streams, so the
+    objects (even the stream's FIN) can reach the relay first. The relay must hold them until
+    it has answered its subscriber, then pass every one on."""
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            await announce(publisher)
+            decoder = await sessions.open()
+            fetch_id = decoder.moqt.fetch(StandaloneFetch(TRACK, Location(0, 0), 1, None))
+            decoder.send()
+            request = (await publisher.next(FetchRequested)).message
+            # The data stream by hand: the session only opens one for a FETCH it answered.
+            assert publisher.connection is not None
+            quic = publisher.connection.endpoint.quic
+            data = FetchHeader(request.request_id).encode() + b"".join(
+                FetchObject(group, 0, obj, body=ObjectBody(payload(group, obj, 3000))).encode()
+                for group in range(2)
+                for obj in range(3)
+            )
+            quic.send_stream_data(quic.get_next_available_stream_id(True), data, True)
+            publisher.send()
+            await asyncio.sleep(0.5)  # the relay reads the whole stream before FETCH_OK
+            assert not decoder.of(RequestAccepted, lambda e: e.request_id == fetch_id)
+            publisher.moqt.fetch_ok(request.request_id, Location(1, 2))
+            publisher.send()
+            await decoder.next(DataStreamEnded, lambda e: e.request_id == fetch_id)
+            assert received(decoder, fetch_id) == expected(2, 3, 3000)
+            assert decoder.of(RequestAccepted, lambda e: e.request_id == fetch_id)
 
     run(main)
 
