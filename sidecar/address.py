@@ -14,7 +14,16 @@ Address = tuple[str, int]
 def free_udp_port(host: str = "127.0.0.1") -> int:
     """A UDP port on `host` that was free a moment ago (the kernel's pick), for a server
     started as another process, which must be told its port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+    return _free_port(host, socket.SOCK_DGRAM)
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """As `free_udp_port`, for a TCP server (gRPC, HTTP probes)."""
+    return _free_port(host, socket.SOCK_STREAM)
+
+
+def _free_port(host: str, kind: socket.SocketKind) -> int:
+    with socket.socket(socket.AF_INET, kind) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
 

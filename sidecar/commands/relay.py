@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import tempfile
 from pathlib import Path
@@ -20,12 +21,22 @@ publisher of the longest matching namespace prefix, one upstream subscription pe
 fans out to every subscriber, and objects are cached (whole groups, least recently used
 first) so late subscribers and FETCHes are served without the publisher.
 
+An edge relay (--upstream) is one of many under a root relay: it tells the root of the
+namespaces published through it, follows upstream the prefixes its sessions follow, and asks
+the root for any track that no publisher here has, once per track whatever the number of
+subscribers here; it caches what passes as any relay does. The root is a plain relay (kvmoq
+or any draft-14 relay, such as moq-rs's). A lost upstream is retried with backoff (0.5 s
+doubling to 10 s); subscriptions it fed end with PUBLISH_DONE GOING_AWAY "the upstream relay
+left", and what was cached here stays served.
+
 Prints "listening on moqt://HOST:PORT" once it accepts sessions. SIGTERM or SIGINT: GOAWAY
 to every session, up to --grace seconds for them to leave, then close.
 
   kvmoq cert --out certs
   kvmoq relay --listen 127.0.0.1:4443 --cert certs/cert.pem --key certs/key.pem
   kvmoq relay --listen [::]:4443 --self-signed --max-datagram-size 16384
+  kvmoq relay --listen 0.0.0.0:4443 --cert edge.pem --key edge-key.pem \\
+      --upstream moqt://root.kvmoq:4443 --ca certs/ca.pem
 """
 
 MiB = 1 << 20
@@ -41,6 +52,16 @@ def _address(text: str) -> Address:
     if port == 0:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host, port
+
+
+def _moqt_url(text: str) -> str:
+    from sidecar.moqt.transport import MoqtUrl
+
+    try:
+        MoqtUrl.parse(text)
+    except ConnectionError as exc:  # MoqtConnectError: what a bad URL raises when dialled
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _positive(text: str) -> int:
@@ -84,6 +105,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="live bytes queued for one peer before its subscriptions read the cache instead "
         "(default 64 MiB)",
     )
+    parser.add_argument(
+        "--upstream",
+        type=_moqt_url,
+        metavar="URL",
+        help="run as an edge of the relay at URL (moqt://HOST:PORT): see below",
+    )
+    parser.add_argument(
+        "--ca",
+        type=Path,
+        metavar="FILE",
+        help="CA file the upstream relay's certificate chains to (default: the system's)",
+    )
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="upstream silent this long: its session is gone and the edge reconnects (default 10)",
+    )
     parser.add_argument("--backend", choices=["aioquic", "qh3"], default="aioquic")
     parser.add_argument(
         "--max-datagram-size",
@@ -95,6 +135,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--grace", type=float, default=5.0, help="seconds sessions get to leave on shutdown"
     )
+    parser.add_argument(
+        "--http",
+        type=_address,
+        metavar="HOST:PORT",
+        help="serve /healthz, /readyz and Prometheus /metrics (kvmoq_relay_*) here (default: off)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -104,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.cert is not None and args.key is None:
         print("kvmoq relay: --cert needs --key")
+        return 2
+    if args.ca is not None and args.upstream is None:
+        print("kvmoq relay: --ca is the upstream relay's CA: it needs --upstream")
+        return 2
+    if args.ca is not None and not args.ca.is_file():
+        print(f"kvmoq relay: --ca {args.ca}: no such file")
         return 2
     overrides = (
         {} if args.max_datagram_size is None else {"max_datagram_size": args.max_datagram_size}
@@ -131,14 +183,33 @@ async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, k
 
     host, port = args.listen
     limits = RelayLimits(cache_bytes=args.cache_bytes, max_queued_bytes=args.max_queued_bytes)
-    server = await start_relay(host, port, settings, cert=cert, key=key, limits=limits)
+    upstream_settings = dataclasses.replace(
+        settings, ca_file=args.ca, idle_timeout=args.upstream_timeout
+    )
+    server = await start_relay(
+        host,
+        port,
+        settings,
+        cert=cert,
+        key=key,
+        limits=limits,
+        upstream=args.upstream,
+        upstream_settings=upstream_settings,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if args.http is not None:
+        from sidecar.moqt.relay_metrics import exposition
+        from sidecar.service.probes import ProbeState, serve_probes
+
+        probes = await serve_probes(*args.http, ProbeState(lambda: None, exposition(server.relay)))
     print(f"listening on {server.url}", flush=True)
     log.get_logger("kvmoq.relay").info(
-        "relay started", url=server.url, cache_bytes=args.cache_bytes
+        "relay started", url=server.url, cache_bytes=args.cache_bytes, upstream=args.upstream
     )
     await stop.wait()
+    if args.http is not None:
+        probes.close()
     await server.shutdown(grace=args.grace)

@@ -21,6 +21,10 @@ or as a process (``cert.pem`` doubles as the CA file clients trust, see ``kvmoq 
 which prints ``listening on moqt://127.0.0.1:4443`` on stdout once it accepts sessions and,
 on SIGTERM, sends GOAWAY, gives sessions ``--grace`` seconds to leave, then closes.
 
+An edge relay (``upstream=`` here, ``--upstream`` on the command line) also keeps one session
+to the relay above it, reconnecting with backoff whenever it is lost; ``relay_core`` decides
+what goes up and down that session.
+
 Datagram size: 16384-byte packets (``QuicSettings.loopback()``) only where every peer takes
 them: picoquic (under aiomoqt) drops them, and aioquic does not lower its packet size to a
 peer's max_udp_payload_size. qh3 clients always advertise 1472, so with qh3 the relay's
@@ -31,14 +35,22 @@ publisher to relay (client to server) is not capped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import transport
 from .events import MoqtEvent
 from .quic_backend import QuicSettings, load_backend
 from .relay_core import Peer, Relay, RelayLimits
+
+logger = logging.getLogger(__name__)
+
+# Reconnection to the upstream relay: first retry soon, then back off to a slow poll.
+RECONNECT_FIRST_S = 0.5
+RECONNECT_MAX_S = 10.0
 
 
 class _ConnectionLink:
@@ -79,9 +91,14 @@ class RelayServer:
     relay: Relay
     server: transport.MoqtServer
     url: str
+    upstream_task: asyncio.Task[None] | None = field(default=None)
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """GOAWAY to every session, wait up to ``grace`` seconds for them to leave, close."""
+        if self.upstream_task is not None:
+            self.upstream_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.upstream_task
         await self.server.shutdown(grace=grace)
 
 
@@ -93,20 +110,62 @@ async def start_relay(
     cert: Path,
     key: Path,
     limits: RelayLimits | None = None,
+    upstream: str | None = None,
+    upstream_settings: QuicSettings | None = None,
 ) -> RelayServer:
-    """Listen on host:port (UDP) and relay every session that connects."""
+    """Listen on host:port (UDP) and relay every session that connects; with ``upstream``
+    (a relay's URL, reached with ``upstream_settings``), as an edge of that relay."""
     relay = Relay(limits)
     numbers = itertools.count(1)
 
     def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
-        link = _ConnectionLink(connection, settings, relay)
-        peer = link.peer = relay.add_peer(connection.session, link, f"session-{next(numbers)}")
-
-        def on_event(event: MoqtEvent) -> None:
-            relay.handle(peer, event)
-
-        return on_event
+        return _attach(relay, connection, settings, f"session-{next(numbers)}")[1]
 
     server = await transport.serve(host, port, settings, on_session, cert=cert, key=key)
     url = f"moqt://{transport.MoqtUrl(host, port, '/').authority}"
-    return RelayServer(relay, server, url)
+    task = None
+    if upstream is not None:
+        task = asyncio.ensure_future(_keep_upstream(relay, upstream, upstream_settings or settings))
+    return RelayServer(relay, server, url, task)
+
+
+def _attach(
+    relay: Relay, connection: transport.MoqtConnection, settings: QuicSettings, name: str
+) -> tuple[Peer, transport.MoqtEventHandler]:
+    """Make ``connection`` a peer of ``relay``; its events go to the relay from now on."""
+    link = _ConnectionLink(connection, settings, relay)
+    peer = link.peer = relay.add_peer(connection.session, link, name)
+
+    def on_event(event: MoqtEvent) -> None:
+        relay.handle(peer, event)
+
+    return peer, on_event
+
+
+async def _keep_upstream(relay: Relay, url: str, settings: QuicSettings) -> None:
+    """Hold a session to the upstream relay; reconnect with backoff whenever it is lost."""
+    delay = RECONNECT_FIRST_S
+    while True:
+        try:
+            await _upstream_session(relay, url, settings)
+            delay = RECONNECT_FIRST_S
+        except transport.MoqtConnectError as exc:
+            logger.warning("relay: cannot reach upstream %s (%s); retry in %.1f s", url, exc, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RECONNECT_MAX_S)
+
+
+async def _upstream_session(relay: Relay, url: str, settings: QuicSettings) -> None:
+    """One session to the upstream relay, from SETUP until it closes."""
+    peers: list[Peer] = []
+
+    def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
+        peer, handler = _attach(relay, connection, settings, f"upstream {url}")
+        peers.append(peer)
+        return handler
+
+    async with transport.connect(url, settings, on_session) as connection:
+        relay.attach_upstream(peers[0])
+        logger.info("relay: connected to upstream %s", url)
+        closed = await connection.closed
+        logger.warning("relay: lost upstream %s (%s); reconnecting", url, closed.reason)

@@ -75,6 +75,21 @@ class RelayLimits:
     max_prefixes_per_peer: int = 64
 
 
+@dataclass(slots=True)
+class RelayCounters:
+    """What the relay has done since it started, for /metrics and the benchmarks: requests
+    taken from peers and sent on to publishers (or the upstream relay), object bytes in and
+    out (payloads, every delivery counted)."""
+
+    subscribes_received: int = 0
+    subscribes_sent: int = 0
+    fetches_received: int = 0
+    fetches_sent: int = 0
+    object_bytes_received: int = 0
+    object_bytes_sent: int = 0
+    upstream_sessions: int = 0
+
+
 class PeerLink(Protocol):
     """What the relay needs of one peer's connection."""
 
@@ -273,6 +288,10 @@ class Relay:
         )
         self.tracks: dict[FullTrackName, Track] = {}
         self.peers: set[Peer] = set()
+        self.counters = RelayCounters()
+        # The relay this one is an edge of, while connected (see ``attach_upstream``).
+        self.upstream: Peer | None = None
+        self._upstream_prefixes: set[Namespace] = set()  # SUBSCRIBE_NAMESPACEs sent to it
         self._dirty: set[Peer] = set()
 
     # ------------------------------------------------------------------------------------
@@ -282,6 +301,25 @@ class Relay:
         peer = Peer(session, link, name)
         self.peers.add(peer)
         return peer
+
+    def attach_upstream(self, peer: Peer) -> None:
+        """Make ``peer`` (a session this relay opened, set up) the relay it is an edge of.
+
+        The edge tells it of every namespace published here and follows upstream every
+        prefix followed here, and sends it whatever SUBSCRIBE, FETCH or TRACK_STATUS neither
+        a publisher here nor the cache can answer: one upstream subscription per track
+        whatever the number of subscribers here, as for any publisher.
+        """
+        self.upstream = peer
+        self.counters.upstream_sessions += 1
+        self._upstream_prefixes = set()
+        self._guarded(peer, self._tell_upstream)
+
+    def _tell_upstream(self, upstream: Peer) -> None:
+        for namespace in self.namespaces.published_under(()):
+            self._announce(upstream, namespace)
+        for prefix in self.namespaces.followed():
+            self._follow_upstream(prefix)
 
     def handle(self, peer: Peer, event: ev.MoqtEvent) -> None:
         """Act on one event of ``peer``'s session. Never raises."""
@@ -329,6 +367,8 @@ class Relay:
         if self.namespaces.add_publisher(namespace, peer):
             for follower in self.namespaces.interested_in(namespace):
                 self._announce(follower, namespace)
+            if self.upstream is not None:
+                self._announce(self.upstream, namespace)
 
     def _on_namespace_done(self, peer: Peer, event: ev.NamespacePublishDone) -> None:
         if self.namespaces.remove_publisher(event.namespace, peer):
@@ -346,6 +386,20 @@ class Relay:
         self._session(peer).subscribe_namespace_ok(message.request_id)
         for namespace in self.namespaces.published_under(message.namespace):
             self._announce(peer, namespace)
+        if peer is not self.upstream:
+            self._follow_upstream(message.namespace)
+
+    def _follow_upstream(self, prefix: Namespace) -> None:
+        """Ask the upstream relay, once per prefix, to announce what it knows under it."""
+        upstream = self.upstream
+        if upstream is None or prefix in self._upstream_prefixes:
+            return
+        try:
+            self._session(upstream).subscribe_namespace(prefix)
+        except UsageError as exc:  # upstream gave us no request ids left
+            logger.info("relay: cannot follow %r upstream: %s", prefix, exc)
+            return
+        self._upstream_prefixes.add(prefix)
 
     def _on_namespace_unsubscribed(self, peer: Peer, event: ev.NamespaceUnsubscribed) -> None:
         self.namespaces.remove_prefix(peer, event.prefix)
@@ -375,6 +429,7 @@ class Relay:
 
     def _on_subscribe(self, peer: Peer, event: ev.SubscribeRequested) -> None:
         message = event.message
+        self.counters.subscribes_received += 1
         track = self.tracks.get(message.track)
         if (
             track is not None
@@ -390,8 +445,8 @@ class Relay:
             else:
                 track.waiting.append((peer, message))
             return
-        publisher = self.namespaces.route(message.track.namespace)
-        if publisher is not None and publisher is not peer:
+        publisher = self._route(message.track, peer)
+        if publisher is not None:
             track = self._track(message.track)
             if track is None:
                 self._session(peer).reject(
@@ -423,6 +478,7 @@ class Relay:
             logger.info("relay: cannot subscribe upstream to %s: %s", track.name, exc)
             return False
         track.attach(Upstream(publisher, request_id, UpstreamState.SUBSCRIBING))
+        self.counters.subscribes_sent += 1
         return True
 
     def _accept(self, peer: Peer, track: Track, message: Subscribe) -> None:
@@ -516,8 +572,13 @@ class Relay:
         if track is not None:
             track.detach()
             waiting, track.waiting = track.waiting, []
+            cached = self.cache.has_track(track.name)  # what it holds is still worth serving
             for subscriber, subscribe in waiting:
-                if not subscriber.gone:
+                if subscriber.gone:
+                    continue
+                if cached:
+                    self._accept(subscriber, track, subscribe)
+                else:
                     self._session(subscriber).reject(subscribe.request_id, code, reason)
             self._drop_idle(track.name)
         fetch = peer.upstream_fetches.pop(request_id, None)
@@ -585,8 +646,8 @@ class Relay:
                 message.request_id, largest=self._largest(track), group_order=track.group_order
             )
             return
-        publisher = self.namespaces.route(message.track.namespace)
-        if publisher is not None and publisher is not peer:
+        publisher = self._route(message.track, peer)
+        if publisher is not None:
             try:
                 request_id = self._session(publisher).track_status(message.track)
             except UsageError:
@@ -607,6 +668,7 @@ class Relay:
 
     def _on_fetch(self, peer: Peer, event: ev.FetchRequested) -> None:
         message = event.message
+        self.counters.fetches_received += 1
         window = self._fetch_window(peer, message.target, event.track)
         if window is None:
             self._session(peer).reject(
@@ -622,8 +684,8 @@ class Relay:
             end,
             message.group_order == GroupOrder.DESCENDING,
         )
-        publisher = self._publisher_of(event.track)
-        if (publisher is None or publisher is peer) or self._cached_range(fetch):
+        publisher = self._route(event.track, peer)
+        if publisher is None or self._cached_range(fetch):
             self._fetch_from_cache(fetch)
             return
         target = StandaloneFetch(event.track, start, end.group, _end_object(end))
@@ -633,6 +695,7 @@ class Relay:
             self._fetch_from_cache(fetch)
             return
         fetch.early = []
+        self.counters.fetches_sent += 1
         publisher.upstream_fetches[request_id] = fetch
         peer.fetches[message.request_id] = fetch
 
@@ -706,6 +769,7 @@ class Relay:
             subgroup,
             event.publisher_priority,
         )
+        self.counters.object_bytes_received += len(obj.payload)
         if event.source == ev.ObjectSource.FETCH:
             fetch = peer.upstream_fetches.get(event.request_id)
             if fetch is not None:
@@ -720,6 +784,11 @@ class Relay:
         location = Location(event.group_id, event.object_id)
         if track.largest is None or location > track.largest:
             track.largest = location
+        cached = self.cache.group(track.name, event.group_id, touch=False)
+        if cached is not None and cached.complete:
+            # Sent again: an upstream relay replays what this edge already holds whole for a
+            # later subscriber. Whoever here wants the group read it from the cache already.
+            return
         self.cache.add(track.name, event.group_id, obj)
         if event.source == ev.ObjectSource.DATAGRAM:
             self._forward_datagram(track, event)
@@ -737,6 +806,7 @@ class Relay:
         location = Location(event.group_id, event.object_id)
         for sub in track.subscribers:
             if sub.live and sub.wants(location) and not sub.peer.link.backlogged():
+                self.counters.object_bytes_sent += len(event.body.payload)
                 self._session(sub.peer).send_datagram(
                     sub.request_id,
                     event.group_id,
@@ -824,6 +894,9 @@ class Relay:
             return
         peer.gone = True
         self.peers.discard(peer)
+        left = "the publisher left"
+        if peer is self.upstream:
+            self.upstream, left = None, "the upstream relay left"
         self._dirty.discard(peer)
         peer.outbox.clear()
         for namespace in self.namespaces.remove_peer(peer):
@@ -834,13 +907,13 @@ class Relay:
                     self._enqueue(sub.peer, _EndStream(sub, key, reset=True))
             track.live_streams.clear()
             if track.upstream is not None:
-                track.upstream.end(PublishDoneStatus.GOING_AWAY, "the publisher left")
+                track.upstream.end(PublishDoneStatus.GOING_AWAY, left)
             self._upstream_over(track)
         for fetch in peer.upstream_fetches.values():
             if fetch.early is None:
                 self._enqueue(fetch.peer, _FetchEnd(fetch, reset=True))
             else:
-                self._refuse_fetch(fetch, "the publisher left")
+                self._refuse_fetch(fetch, left)
         for sub in list(peer.downstreams.values()):
             self._cancel(sub, reset_streams=False)
         for track in list(self.tracks.values()):
@@ -966,6 +1039,7 @@ class Relay:
             stream = sub.streams[key] = _Stream(stream_id)
         elif stream.stopped or obj.object_id <= stream.last_object:
             return
+        self.counters.object_bytes_sent += len(obj.payload)
         session.send_object(
             stream.stream_id,
             obj.object_id,
@@ -1091,6 +1165,7 @@ class Relay:
         session = self._session(fetch.peer)
         if fetch.stream_id is None:
             fetch.stream_id = session.open_fetch_stream(fetch.request_id)
+        self.counters.object_bytes_sent += len(obj.payload)
         session.send_fetch_object(
             fetch.stream_id,
             group_id,
@@ -1184,15 +1259,19 @@ class Relay:
             return cached
         return track.largest
 
-    def _publisher_of(self, name: FullTrackName) -> Peer | None:
+    def _route(self, name: FullTrackName, asker: Peer) -> Peer | None:
+        """Who to ask for a track: its live upstream, else the newest publisher of its longest
+        published namespace prefix, else the upstream relay (on an edge); never the asker."""
         track = self.tracks.get(name)
         if (
             track is not None
             and track.upstream is not None
             and track.upstream_in(UpstreamState.LIVE)
         ):
-            return track.upstream.peer
-        return self.namespaces.route(name.namespace)
+            publisher: Peer | None = track.upstream.peer
+        else:
+            publisher = self.namespaces.route(name.namespace) or self.upstream
+        return None if publisher is asker else publisher
 
     _HANDLERS: ClassVar[dict[type[ev.MoqtEvent], Callable[[Relay, Peer, Any], None]]] = {
         ev.NamespacePublished: _on_namespace_published,

@@ -85,6 +85,10 @@ class NamespaceTable(Generic[P]):
             if not prefixes:
                 del self._prefixes[peer]
 
+    def followed(self) -> set[Namespace]:
+        """Every prefix some peer follows."""
+        return set().union(*self._prefixes.values())
+
     def interested_in(self, namespace: Namespace) -> list[P]:
         """Peers following a prefix of ``namespace``."""
         return [

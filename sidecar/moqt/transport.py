@@ -230,11 +230,18 @@ answered); returns the callback that receives that session's events."""
 
 SETUP_TIMEOUT = 10.0
 TICK_INTERVAL = 0.25
-KEEPALIVE_INTERVAL = 5.0
-"""QUIC PING period: a publisher whose prompt nobody loads for a while must not idle out of the
-relay (QuicSettings.idle_timeout defaults to 30 s, and QUIC sends nothing on its own)."""
 """How often the session's timeouts are checked. They are seconds long (late streams, drained
 subscriptions), and a fixed tick avoids recomputing `next_timer()` after every event."""
+KEEPALIVE_INTERVAL = 5.0
+"""Longest QUIC PING period: a publisher whose prompt nobody loads for a while must not idle
+out of the relay (QUIC sends nothing on its own)."""
+
+
+def keepalive_interval(idle_timeout: float) -> float:
+    """PINGs often enough that a shorter idle timeout (a sidecar's --relay-timeout, an edge's
+    --upstream-timeout) only fires when the peer is really gone: three per timeout."""
+    return min(KEEPALIVE_INTERVAL, idle_timeout / 3)
+
 
 MAX_URL_LENGTH = 8192
 
@@ -286,6 +293,7 @@ class MoqtConnection:
         session: MoqtSession,
         on_session: OnSession,
         loop: asyncio.AbstractEventLoop,
+        keepalive: float,
     ) -> None:
         self.endpoint = endpoint
         self.session = session
@@ -294,7 +302,8 @@ class MoqtConnection:
         self.closed: asyncio.Future[SessionClosed] = loop.create_future()
         self.goaway: asyncio.Future[bytes] = loop.create_future()
         self._tick = loop.call_later(TICK_INTERVAL, self._on_tick)
-        self._next_ping = loop.time() + KEEPALIVE_INTERVAL
+        self._keepalive = keepalive
+        self._next_ping = loop.time() + keepalive
         self._on_event = on_session(self)
 
     def transmit(self) -> None:
@@ -343,7 +352,7 @@ class MoqtConnection:
         self.session.tick(now)
         if now >= self._next_ping and not self.closing:
             self.endpoint.quic.send_ping(0)
-            self._next_ping = now + KEEPALIVE_INTERVAL
+            self._next_ping = now + self._keepalive
         self.transmit()
         if not self.endpoint.closed:
             self._tick = self._loop.call_later(TICK_INTERVAL, self._on_tick)
@@ -373,7 +382,8 @@ def _moqt_attach(
                     authority=url.authority.encode() if url else None,
                     now=loop.time(),
                 )
-                connection = MoqtConnection(endpoint, session, on_session, loop)
+                keepalive = keepalive_interval(settings.idle_timeout)
+                connection = MoqtConnection(endpoint, session, on_session, loop, keepalive)
                 connection.transmit()
 
         return on_event

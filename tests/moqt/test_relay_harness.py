@@ -59,9 +59,12 @@ class RelayProcess:
 
 
 @contextmanager
-def running_relay(cert: CertificatePaths, *flags: str) -> Iterator[RelayProcess]:
-    """`python -m sidecar.cli relay` on a free port; yields once it printed its URL."""
-    port = free_udp_port()
+def running_relay(
+    cert: CertificatePaths, *flags: str, port: int | None = None
+) -> Iterator[RelayProcess]:
+    """`python -m sidecar.cli relay` on ``port`` (default: a free one); yields once it
+    printed its URL."""
+    port = port or free_udp_port()
     argv = [
         sys.executable,
         "-m",
@@ -166,12 +169,13 @@ def accept(publisher: Client, request: SubscribeRequested) -> int:
 
 
 async def send_groups(
-    publisher: Client, request_id: int, groups: int, objects: int, size: int
+    publisher: Client, request_id: int, groups: int, objects: int, size: int, first: int = 0
 ) -> int:
-    """Send groups x objects on an accepted subscription, one stream per group; the count."""
+    """Send groups x objects on an accepted subscription, one stream per group (numbered from
+    ``first``); the count."""
     moqt = publisher.moqt
     sent = 0
-    for group in range(groups):
+    for group in range(first, first + groups):
         stream = moqt.open_subgroup(request_id, group)
         for obj in range(objects):
             moqt.send_object(stream, obj, payload(group, obj, size), end_stream=obj == objects - 1)

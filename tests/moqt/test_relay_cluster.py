@@ -1,0 +1,198 @@
+"""Relays as a cluster: a root `kvmoq relay` and edges started with `--upstream`, as processes.
+
+What an operator relies on: a track published through one edge reaches subscribers on every
+other edge; each relay asks the one above it once per track however many subscribe below it
+(read from each relay's /metrics); a namespace follower on one edge hears of a namespace
+published on another; and an edge whose root restarts reconnects, announces again and serves
+again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from sidecar.address import free_tcp_port, free_udp_port
+from sidecar.moqt.errors import PublishDoneStatus
+from sidecar.moqt.events import (
+    NamespacePublished,
+    RequestAccepted,
+    SubscribeRequested,
+    SubscriptionEnded,
+)
+from sidecar.moqt.tls import CertificatePaths
+from tests.moqt.test_relay import (
+    FROM_START,
+    NAMESPACE,
+    TRACK,
+    Sessions,
+    announce,
+    expected,
+    received,
+    run,
+)
+from tests.moqt.test_relay_harness import (
+    HOST,
+    RelayProcess,
+    accept,
+    running_relay,
+    send_groups,
+)
+
+UPSTREAM_TIMEOUT_S = 2.0  # how soon an edge notices a root that died without a word
+
+
+@dataclass
+class ClusterRelay:
+    """A relay process and the port of its /metrics."""
+
+    process: RelayProcess
+    http_port: int
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def metric(self, name: str) -> float:
+        """One ``kvmoq_relay_*`` series, scraped now."""
+        url = f"http://{HOST}:{self.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        found = re.search(rf"^kvmoq_relay_{name}(?:_total)? (\S+)$", text, re.MULTILINE)
+        assert found is not None, f"no kvmoq_relay_{name} in /metrics"
+        return float(found.group(1))
+
+
+@contextmanager
+def cluster_relay(
+    cert: CertificatePaths, *flags: str, port: int | None = None
+) -> Iterator[ClusterRelay]:
+    http_port = free_tcp_port()
+    with running_relay(cert, "--http", f"{HOST}:{http_port}", *flags, port=port) as process:
+        yield ClusterRelay(process, http_port)
+
+
+def edge_flags(root: ClusterRelay, cert: CertificatePaths) -> tuple[str, ...]:
+    return (
+        "--upstream",
+        root.url,
+        "--ca",
+        str(cert.cert),
+        "--upstream-timeout",
+        str(UPSTREAM_TIMEOUT_S),
+    )
+
+
+async def until(condition: object, what: str, timeout: float = 30.0) -> None:
+    """Poll ``condition()`` (a relay's metrics, read over HTTP) until it holds."""
+    assert callable(condition)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await asyncio.to_thread(condition):
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
+    cert: CertificatePaths,
+) -> None:
+    with ExitStack() as stack:
+        root = stack.enter_context(cluster_relay(cert))
+        edges = [stack.enter_context(cluster_relay(cert, *edge_flags(root, cert))) for _ in "ABC"]
+        a, b, c = edges
+
+        async def main() -> None:
+            for edge in edges:
+                await until(lambda e=edge: e.metric("upstream_up") == 1, "the edges to connect")
+            async with (
+                Sessions(a.process, cert) as at_a,
+                Sessions(b.process, cert) as at_b,
+                Sessions(c.process, cert) as at_c,
+            ):
+                follower = await at_b.open()
+                follow = follower.moqt.subscribe_namespace(NAMESPACE[:1])
+                follower.send()
+                await follower.next(RequestAccepted, lambda e: e.request_id == follow)
+
+                publisher = await at_a.open()
+                await announce(publisher)
+                heard = await follower.next(NamespacePublished)
+                assert heard.message.namespace == NAMESPACE  # from edge A, through the root
+
+                decoders = [await at_b.open(), await at_b.open(), await at_c.open()]
+                decoders.append(await at_c.open())
+                request_ids = []
+                for decoder in decoders:
+                    request_ids.append(decoder.moqt.subscribe(TRACK, filter=FROM_START))
+                    decoder.send()
+                upstream = accept(publisher, await publisher.next(SubscribeRequested))
+                sent = await send_groups(publisher, upstream, groups=3, objects=4, size=5000)
+                for decoder, request_id in zip(decoders, request_ids, strict=True):
+                    await decoder.until(lambda d=decoder, r=request_id: len(d.objects(r)) == sent)
+                    assert received(decoder, request_id) == expected(3, 4, 5000)
+                assert len(publisher.of(SubscribeRequested)) == 1
+
+            # One subscription per track on each hop, whatever the number of decoders.
+            assert root.metric("subscribes_received") == 2  # one from B, one from C
+            assert root.metric("subscribes_sent") == 1  # to A
+            assert a.metric("subscribes_sent") == 1  # to the publisher
+            for edge in (b, c):
+                assert edge.metric("subscribes_received") == 2
+                assert edge.metric("subscribes_sent") == 1
+            size = 3 * 4 * 5000
+            assert root.metric("object_bytes_received") == size
+            assert root.metric("object_bytes_sent") == 2 * size
+
+        run(main)
+
+
+def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
+    cert: CertificatePaths,
+) -> None:
+    port = free_udp_port()  # the restarted root listens where the first one did
+    with ExitStack() as stack:
+        root = stack.enter_context(cluster_relay(cert, port=port))
+        a = stack.enter_context(cluster_relay(cert, *edge_flags(root, cert)))
+        b = stack.enter_context(cluster_relay(cert, *edge_flags(root, cert)))
+
+        async def main() -> None:
+            for edge in (a, b):
+                await until(lambda e=edge: e.metric("upstream_up") == 1, "the edges to connect")
+            async with Sessions(a.process, cert) as at_a, Sessions(b.process, cert) as at_b:
+                publisher = await at_a.open()
+                await announce(publisher)
+                decoder = await at_b.open()
+                first = decoder.moqt.subscribe(TRACK, filter=FROM_START)
+                decoder.send()
+                upstream = accept(publisher, await publisher.next(SubscribeRequested))
+                await send_groups(publisher, upstream, groups=2, objects=3, size=2000)
+                await decoder.until(lambda: len(decoder.objects(first)) == 6)
+
+                root.process.process.send_signal(signal.SIGKILL)  # gone without a word
+                ended = await decoder.next(SubscriptionEnded, lambda e: e.request_id == first)
+                assert ended.message.status_code == PublishDoneStatus.GOING_AWAY
+                assert ended.message.reason == "the upstream relay left"
+
+                with cluster_relay(cert, port=port) as again:
+                    for edge in (a, b):
+                        await until(
+                            lambda e=edge: e.metric("upstream_sessions") == 2, "reconnection"
+                        )
+                    late = await at_b.open()
+                    second = late.moqt.subscribe(TRACK, filter=FROM_START)
+                    late.send()
+                    await late.next(RequestAccepted, lambda e: e.request_id == second)
+                    # Edge A still holds its subscription to the publisher (and the groups in
+                    # its cache): the new root is served from there, the rest goes on live.
+                    await send_groups(publisher, upstream, groups=1, objects=3, size=2000, first=2)
+                    await late.until(lambda: len(late.objects(second)) == 9)
+                    assert received(late, second) == expected(3, 3, 2000)
+                    assert again.metric("subscribes_received") == 1
+                    assert len(publisher.of(SubscribeRequested)) == 1
+
+        run(main)
