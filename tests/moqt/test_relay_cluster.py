@@ -10,14 +10,10 @@ again.
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack
 
-from sidecar.address import free_tcp_port, free_udp_port
+from sidecar.address import free_udp_port
 from sidecar.moqt.errors import PublishDoneStatus
 from sidecar.moqt.events import (
     NamespacePublished,
@@ -36,66 +32,7 @@ from tests.moqt.test_relay import (
     received,
     run,
 )
-from tests.moqt.test_relay_harness import (
-    HOST,
-    RelayProcess,
-    accept,
-    running_relay,
-    send_groups,
-)
-
-UPSTREAM_TIMEOUT_S = 2.0  # how soon an edge notices a root that died without a word
-
-
-@dataclass
-class ClusterRelay:
-    """A relay process and the port of its /metrics."""
-
-    process: RelayProcess
-    http_port: int
-
-    @property
-    def url(self) -> str:
-        return self.process.url
-
-    def metric(self, name: str) -> float:
-        """One ``kvmoq_relay_*`` series, scraped now."""
-        url = f"http://{HOST}:{self.http_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        found = re.search(rf"^kvmoq_relay_{name}(?:_total)? (\S+)$", text, re.MULTILINE)
-        assert found is not None, f"no kvmoq_relay_{name} in /metrics"
-        return float(found.group(1))
-
-
-@contextmanager
-def cluster_relay(
-    cert: CertificatePaths, *flags: str, port: int | None = None
-) -> Iterator[ClusterRelay]:
-    http_port = free_tcp_port()
-    with running_relay(cert, "--http", f"{HOST}:{http_port}", *flags, port=port) as process:
-        yield ClusterRelay(process, http_port)
-
-
-def edge_flags(root: ClusterRelay, cert: CertificatePaths) -> tuple[str, ...]:
-    return (
-        "--upstream",
-        root.url,
-        "--ca",
-        str(cert.cert),
-        "--upstream-timeout",
-        str(UPSTREAM_TIMEOUT_S),
-    )
-
-
-async def until(condition: object, what: str, timeout: float = 30.0) -> None:
-    """Poll ``condition()`` (a relay's metrics, read over HTTP) until it holds."""
-    assert callable(condition)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await asyncio.to_thread(condition):
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
+from tests.moqt.test_relay_harness import accept, cluster_relay, edge_flags, send_groups
 
 
 def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
@@ -103,12 +40,15 @@ def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
 ) -> None:
     with ExitStack() as stack:
         root = stack.enter_context(cluster_relay(cert))
-        edges = [stack.enter_context(cluster_relay(cert, *edge_flags(root, cert))) for _ in "ABC"]
+        edges = [
+            stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
+            for _ in "ABC"
+        ]
         a, b, c = edges
 
         async def main() -> None:
             for edge in edges:
-                await until(lambda e=edge: e.metric("upstream_up") == 1, "the edges to connect")
+                await asyncio.to_thread(edge.wait_for, "upstream_up", 1)
             async with (
                 Sessions(a.process, cert) as at_a,
                 Sessions(b.process, cert) as at_b,
@@ -157,12 +97,12 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
     port = free_udp_port()  # the restarted root listens where the first one did
     with ExitStack() as stack:
         root = stack.enter_context(cluster_relay(cert, port=port))
-        a = stack.enter_context(cluster_relay(cert, *edge_flags(root, cert)))
-        b = stack.enter_context(cluster_relay(cert, *edge_flags(root, cert)))
+        a = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
+        b = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
 
         async def main() -> None:
             for edge in (a, b):
-                await until(lambda e=edge: e.metric("upstream_up") == 1, "the edges to connect")
+                await asyncio.to_thread(edge.wait_for, "upstream_up", 1)
             async with Sessions(a.process, cert) as at_a, Sessions(b.process, cert) as at_b:
                 publisher = await at_a.open()
                 await announce(publisher)
@@ -180,9 +120,7 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
 
                 with cluster_relay(cert, port=port) as again:
                     for edge in (a, b):
-                        await until(
-                            lambda e=edge: e.metric("upstream_sessions") == 2, "reconnection"
-                        )
+                        await asyncio.to_thread(edge.wait_for, "upstream_sessions", 2)
                     late = await at_b.open()
                     second = late.moqt.subscribe(TRACK, filter=FROM_START)
                     late.send()

@@ -10,17 +10,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sidecar.address import free_udp_port
+from sidecar.address import free_tcp_port, free_udp_port
 from sidecar.moqt import transport
 from sidecar.moqt.events import (
     DataStreamEnded,
@@ -149,6 +152,59 @@ class Client:
 
     def objects(self, request_id: int) -> list[ObjectReceived]:
         return self.of(ObjectReceived, lambda e: e.request_id == request_id)
+
+
+UPSTREAM_TIMEOUT_S = 2.0  # how soon an edge notices an upstream that died without a word
+
+
+@dataclass
+class ClusterRelay:
+    """A relay process of a cluster (root or edge) and the port of its /metrics."""
+
+    process: RelayProcess
+    http_port: int
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def metric(self, name: str) -> float:
+        """One ``kvmoq_relay_*`` series, scraped now."""
+        url = f"http://{HOST}:{self.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        found = re.search(rf"^kvmoq_relay_{name}(?:_total)? (\S+)$", text, re.MULTILINE)
+        assert found is not None, f"no kvmoq_relay_{name} in /metrics"
+        return float(found.group(1))
+
+    def wait_for(self, name: str, value: float, timeout: float = WAIT_S) -> None:
+        """Poll a series until it reads ``value`` (an edge connecting, reconnecting)."""
+        deadline = time.monotonic() + timeout
+        while (seen := self.metric(name)) != value:
+            assert time.monotonic() < deadline, f"kvmoq_relay_{name} stayed {seen}, not {value}"
+            time.sleep(0.1)
+
+
+@contextmanager
+def cluster_relay(
+    cert: CertificatePaths, *flags: str, port: int | None = None
+) -> Iterator[ClusterRelay]:
+    """`running_relay` with /metrics on a free port."""
+    http_port = free_tcp_port()
+    with running_relay(cert, "--http", f"{HOST}:{http_port}", *flags, port=port) as process:
+        yield ClusterRelay(process, http_port)
+
+
+def edge_flags(upstream_url: str, ca: Path) -> tuple[str, ...]:
+    """The flags that make a relay an edge of the relay at ``upstream_url``."""
+    return (
+        "--upstream",
+        upstream_url,
+        "--ca",
+        str(ca),
+        "--upstream-timeout",
+        str(UPSTREAM_TIMEOUT_S),
+    )
 
 
 def settings_for(cert: CertificatePaths, **overrides: Any) -> QuicSettings:

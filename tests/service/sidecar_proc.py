@@ -228,6 +228,10 @@ class ContiguousKV:
         for layer, tensor in enumerate(self.layers):
             tensor[:, start : start + kv.shape[2]] = kv[layer]
 
+    def get(self, start: int, tokens: int) -> torch.Tensor:
+        """`[L, 2, T, H, D]` from slots `start..start+T` (what decode would read)."""
+        return torch.stack([tensor[:, start : start + tokens] for tensor in self.layers])
+
 
 @dataclass
 class PagedKV:
@@ -300,28 +304,3 @@ def load(
 
 def spans(ranges: Sequence[pb.TokenRange]) -> list[tuple[int, int]]:
     return [(r.start, r.end) for r in ranges]
-
-
-@contextmanager
-def relay_on_port(cert: CertificatePaths, port: int) -> Iterator[subprocess.Popen[str]]:
-    """`kvmoq relay` on a given port, so a sidecar can lose it and find it again there
-    (`running_relay` picks its own port); stopped with SIGTERM at the end."""
-    argv = [
-        sys.executable, "-m", "sidecar.cli", "relay", "--listen", f"127.0.0.1:{port}",
-        "--cert", str(cert.cert), "--key", str(cert.key), "--max-datagram-size", "16384",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        assert line == f"listening on moqt://127.0.0.1:{port}", f"relay said {line!r}"
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(WAIT_S)
-        finally:
-            if process.poll() is None:
-                process.kill()

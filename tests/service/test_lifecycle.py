@@ -23,7 +23,6 @@ from tests.service.sidecar_proc import (
     PagedKV,
     SidecarProcess,
     load,
-    relay_on_port,
     running_sidecar,
     shm_directory,
     spans,
@@ -98,13 +97,13 @@ def test_without_a_relay_loads_ask_for_every_token_until_it_is_back(
         assert finished.stop_reason == pb.STOP_REASON_RELAY_GONE
         assert finished.compute_tokens == len(TOKENS)
 
-        with relay_on_port(cert, port):
+        with running_relay(cert, port=port):
             sidecar.wait_ready()
             assert (
                 health(sidecar, "kvmoq.v1.KVCacheService") == health_pb2.HealthCheckResponse.SERVING
             )
         wait_for(lambda: sidecar.get("/readyz")[0] == 503, "/readyz 503 once the relay left")
-        with relay_on_port(cert, port):
+        with running_relay(cert, port=port):
             sidecar.wait_ready()
             assert sidecar.metric("kvmoq_relay_reconnects_total") == 1
             _, finished = load(sidecar.stub, request, timeout=60)

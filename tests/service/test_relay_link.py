@@ -13,8 +13,7 @@ from sidecar.moqt.tls import CertificatePaths
 from sidecar.service.relay_link import Backoff, RelayLink
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
-from tests.moqt.test_relay_harness import settings_for
-from tests.service.sidecar_proc import relay_on_port
+from tests.moqt.test_relay_harness import running_relay, settings_for
 
 WAIT_S = 30.0
 
@@ -43,13 +42,13 @@ def test_the_next_session_starts_from_the_throughput_the_last_one_measured(
     async def main() -> None:
         running = asyncio.ensure_future(link.run())
         try:
-            with relay_on_port(cert, port):
+            with running_relay(cert, port=port):
                 await until(lambda: link.subscriber is not None)
                 first = link.subscriber
                 assert first is not None and first.throughput == ThroughputEstimate()
                 first.throughput = measured  # as its loads would have left it
             await until(lambda: link.subscriber is None)
-            with relay_on_port(cert, port):
+            with running_relay(cert, port=port):
                 await until(lambda: link.subscriber is not None)
                 assert link.subscriber is not first
                 assert link.subscriber.throughput == measured
