@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.procstat import cpu_seconds
+
 if TYPE_CHECKING:
     import torch
 
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-par-") as tmp:
             cert = write_certificate(Path(tmp))
             print(f"relay on loopback; {tokens}-token prompt, tracks {', '.join(tracks)}")
-            url = start_relay(children, cert)
+            url = start_relay(children, cert).url
             report = transport.run(
                 _measure(url, cert.cert, tokens, tracks, connections, args.repeat)
             )
@@ -266,16 +268,12 @@ def _cpu_seconds() -> CpuTime:
 
     The relay and the workers are this process's only children; a worker runs the
     `sidecar.transfer.parallel` module, the relay does not."""
-    tick = os.sysconf("SC_CLK_TCK")
     relay, loaders = 0.0, time.process_time()
     for task in Path("/proc/self/task").iterdir():
         for pid in (task / "children").read_text().split():
             with contextlib.suppress(OSError):  # a child that has just exited
-                stat = Path(f"/proc/{pid}/stat").read_text()
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                # utime and stime: fields 14 and 15, counted after the ")" closing the name
-                utime, stime = stat.rsplit(")", 1)[1].split()[11:13]
-                seconds = (int(utime) + int(stime)) / tick
+                seconds = cpu_seconds(int(pid))
                 if b"sidecar.transfer.parallel" in argv:
                     loaders += seconds
                 else:

@@ -38,6 +38,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "SmolLM2 prompt KV: recompute vs load through the relay per track on loopback, "
         "and adaptive loads under tbf link limits in a network namespace",
     ),
+    "fanout": Benchmark(
+        "bench.fanout",
+        "one prompt's KV to N decoders at once through one relay and through a root with "
+        "edges: aggregate MB/s, per-load p50/p99, relay CPU per MB, bytes per tier",
+    ),
     "parallel": Benchmark(
         "bench.parallel_load",
         "one large prompt's KV through the relay over 1 QUIC connection vs N "

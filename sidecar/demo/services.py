@@ -8,6 +8,7 @@ transfer path alone. Each function returns once its service is ready to serve.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,15 @@ PREFILL_TIMEOUT_S = 300.0
 """Loading SmolLM2 and prefilling a long prompt on a busy CPU takes minutes, not seconds."""
 
 
-def start_relay(children: Children, cert: CertificatePaths) -> str:
-    """A relay on a free loopback port; its URL."""
+@dataclass(frozen=True, slots=True)
+class RelayService:
+    url: str
+    pid: int
+
+
+def start_relay(children: Children, cert: CertificatePaths, *flags: str) -> RelayService:
+    """A relay on a free loopback port (16 KiB packets unless ``flags`` say otherwise; more
+    flags: an edge's --upstream, --http for its /metrics)."""
     relay = children.start(
         "relay",
         python_module(
@@ -37,11 +45,12 @@ def start_relay(children: Children, cert: CertificatePaths) -> str:
             str(cert.key),
             "--max-datagram-size",
             str(LOOPBACK_DATAGRAM_SIZE),
+            *flags,
         ),
         ready_prefix="listening on ",
         timeout=RELAY_TIMEOUT_S,
     )
-    return relay.ready_line.removeprefix("listening on ")
+    return RelayService(relay.ready_line.removeprefix("listening on "), relay.process.pid)
 
 
 def start_prefill(children: Children, url: str, ca: Path, tokens: int) -> dict[str, Any]:

@@ -149,6 +149,9 @@ class DownstreamFetch:
     stream_id: int | None = None
     early: list[_FetchSend | _FetchEnd] | None = None
     early_bytes: int = 0
+    # FETCHes of the same range that came while this one was upstream (decoders below an
+    # edge ask for a chunk at once): served from the cache this one fills, once it is whole.
+    followers: list[DownstreamFetch] = field(default_factory=list)
 
 
 class UpstreamState(Enum):
@@ -292,6 +295,8 @@ class Relay:
         # The relay this one is an edge of, while connected (see ``attach_upstream``).
         self.upstream: Peer | None = None
         self._upstream_prefixes: set[Namespace] = set()  # SUBSCRIBE_NAMESPACEs sent to it
+        # FETCHes sent upstream, by range, so a second FETCH of a range waits for the first.
+        self._inflight: dict[tuple[FullTrackName, Location, Location], DownstreamFetch] = {}
         self._dirty: set[Peer] = set()
 
     # ------------------------------------------------------------------------------------
@@ -545,19 +550,21 @@ class Relay:
                     self._accept(subscriber, track, subscribe)
         elif isinstance(message, FetchOk):
             fetch = peer.upstream_fetches.get(event.request_id)
-            if fetch is None or fetch.early is None or fetch.peer.gone:
+            if fetch is None or fetch.early is None:
                 return
+            early, fetch.early = fetch.early, None
+            if early and isinstance(early[-1], _FetchEnd):  # upstream's stream is over
+                del peer.upstream_fetches[event.request_id]
+            if fetch.peer.gone or fetch.peer.fetches.get(fetch.request_id) is not fetch:
+                return  # cancelled, or its session left: it went on for its followers only
             self._session(fetch.peer).fetch_ok(
                 fetch.request_id,
                 message.end,
                 end_of_track=message.end_of_track,
                 group_order=_known_order(message.group_order),
             )
-            early, fetch.early = fetch.early, None
             for item in early:
                 self._enqueue(fetch.peer, item)
-            if early and isinstance(early[-1], _FetchEnd):  # upstream's stream is over
-                del peer.upstream_fetches[event.request_id]
         elif isinstance(message, TrackStatusOk):
             asker = peer.status_requests.pop(event.request_id, None)
             if asker is not None and not asker[0].gone:
@@ -582,6 +589,8 @@ class Relay:
                     self._session(subscriber).reject(subscribe.request_id, code, reason)
             self._drop_idle(track.name)
         fetch = peer.upstream_fetches.pop(request_id, None)
+        if fetch is not None:
+            self._upstream_fetch_over(fetch, whole=False, reason=reason)
         if fetch is not None and not fetch.peer.gone:
             fetch.peer.fetches.pop(fetch.request_id, None)
             self._session(fetch.peer).reject(fetch.request_id, code, reason)
@@ -688,6 +697,11 @@ class Relay:
         if publisher is None or self._cached_range(fetch):
             self._fetch_from_cache(fetch)
             return
+        leader = self._inflight.get((event.track, start, end))
+        if leader is not None:
+            leader.followers.append(fetch)
+            peer.fetches[message.request_id] = fetch
+            return
         target = StandaloneFetch(event.track, start, end.group, _end_object(end))
         try:
             request_id = self._session(publisher).fetch(target, group_order=message.group_order)
@@ -698,6 +712,22 @@ class Relay:
         self.counters.fetches_sent += 1
         publisher.upstream_fetches[request_id] = fetch
         peer.fetches[message.request_id] = fetch
+        self._inflight[(event.track, start, end)] = fetch
+
+    def _upstream_fetch_over(self, fetch: DownstreamFetch, whole: bool, reason: str) -> None:
+        """The FETCH ``fetch`` sent upstream is over: its followers get the range from the
+        cache it filled, or (``whole`` False) FETCH_ERROR with ``reason``."""
+        if self._inflight.get((fetch.track, fetch.start, fetch.end)) is fetch:
+            del self._inflight[(fetch.track, fetch.start, fetch.end)]
+        followers, fetch.followers = fetch.followers, []
+        for follower in followers:
+            if follower.peer.gone or follower.peer.fetches.get(follower.request_id) is not follower:
+                continue
+            if whole:
+                del follower.peer.fetches[follower.request_id]
+                self._fetch_from_cache(follower)
+            else:
+                self._refuse_fetch(follower, reason)
 
     def _fetch_window(
         self, peer: Peer, target: StandaloneFetch | JoiningFetch, track: FullTrackName
@@ -749,10 +779,16 @@ class Relay:
         if fetch is None:
             return
         self._purge(peer, lambda item: getattr(item, "fetch", None) is fetch)
+        for leader in self._inflight.values():
+            if fetch in leader.followers:
+                leader.followers.remove(fetch)
+        if fetch.followers:
+            return  # its upstream FETCH goes on for them
         for upstream in self.peers:
             for request_id, pending in list(upstream.upstream_fetches.items()):
                 if pending is fetch:
                     del upstream.upstream_fetches[request_id]
+                    self._upstream_fetch_over(fetch, whole=False, reason="cancelled")
                     if not upstream.gone:
                         self._session(upstream).fetch_cancel(request_id)
 
@@ -827,6 +863,7 @@ class Relay:
             if fetch.early is None:
                 del peer.upstream_fetches[event.request_id]
             self._forward_fetched(peer, event.request_id, _FetchEnd(fetch, reset))
+            self._upstream_fetch_over(fetch, whole=not reset, reason="upstream reset the fetch")
             return
         track = peer.upstreams.get(event.request_id)
         if track is None:
@@ -855,7 +892,9 @@ class Relay:
         if fetch.early_bytes > self.limits.max_queued_bytes:
             del upstream.upstream_fetches[request_id]
             self._session(upstream).fetch_cancel(request_id)
-            self._refuse_fetch(fetch, "upstream sent too much before FETCH_OK")
+            reason = "upstream sent too much before FETCH_OK"
+            self._upstream_fetch_over(fetch, whole=False, reason=reason)
+            self._refuse_fetch(fetch, reason)
 
     def _refuse_fetch(self, fetch: DownstreamFetch, reason: str) -> None:
         """FETCH_ERROR for a forwarded FETCH that was never answered."""
@@ -910,6 +949,7 @@ class Relay:
                 track.upstream.end(PublishDoneStatus.GOING_AWAY, left)
             self._upstream_over(track)
         for fetch in peer.upstream_fetches.values():
+            self._upstream_fetch_over(fetch, whole=False, reason=left)
             if fetch.early is None:
                 self._enqueue(fetch.peer, _FetchEnd(fetch, reset=True))
             else:

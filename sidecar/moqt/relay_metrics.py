@@ -7,10 +7,12 @@ series on a registry of the relay's own, served by ``kvmoq relay --http``.
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from .relay_core import Relay
@@ -64,6 +66,19 @@ class RelayCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(f"kvmoq_relay_{name}", help_text, value=float(gauge))
+
+
+def scrape(address: str, timeout: float = 10.0) -> dict[str, float]:
+    """A relay's ``kvmoq_relay_*`` series, read from its /metrics at ``address`` (HOST:PORT),
+    by short name: ``subscribes_sent`` for ``kvmoq_relay_subscribes_sent_total``."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as response:
+        text = response.read().decode()
+    return {
+        sample.name.removeprefix("kvmoq_relay_").removesuffix("_total"): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("kvmoq_relay_") and not sample.name.endswith("_created")
+    }
 
 
 def exposition(relay: Relay) -> Callable[[], bytes]:

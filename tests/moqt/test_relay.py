@@ -18,6 +18,7 @@ from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErro
 from sidecar.moqt.events import (
     DataStreamEnded,
     DataStreamReset,
+    FetchCancelled,
     FetchRequested,
     GoawayReceived,
     NamespacePublishDone,
@@ -258,6 +259,44 @@ def test_fetch_goes_upstream_once_then_comes_from_the_cache(
             await decoder.next(DataStreamEnded, lambda e: e.request_id == again)
             assert received(decoder, again) == expected(2, 3, 3000)
             assert len(publisher.of(FetchRequested)) == 1
+
+    run(main)
+
+
+def test_fetches_of_one_range_in_flight_go_upstream_once(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Decoders ask for a chunk at once: the relay sends the publisher one FETCH and serves
+    the others from what it brings, even once the decoder that asked first cancelled."""
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            publisher = await sessions.open()
+            await announce(publisher)
+            first, second, third = [await sessions.open() for _ in range(3)]
+            target = StandaloneFetch(TRACK, Location(0, 0), 1, None)
+            ids = []
+            for decoder in (first, second, third):
+                ids.append(decoder.moqt.fetch(target))
+                decoder.send()
+                await asyncio.sleep(0.1)  # in this order at the relay
+            first.moqt.fetch_cancel(ids[0])
+            first.send()
+            await asyncio.sleep(0.2)
+            request = (await publisher.next(FetchRequested)).message
+            moqt = publisher.moqt
+            moqt.fetch_ok(request.request_id, Location(1, 2))
+            stream = moqt.open_fetch_stream(request.request_id)
+            for group in range(2):
+                for obj in range(3):
+                    moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
+            moqt.end_stream(stream)
+            publisher.send()
+            for decoder, request_id in ((second, ids[1]), (third, ids[2])):
+                await decoder.next(DataStreamEnded, lambda e, r=request_id: e.request_id == r)
+                assert received(decoder, request_id) == expected(2, 3, 3000)
+            assert len(publisher.of(FetchRequested)) == 1
+            assert not publisher.of(FetchCancelled)
 
     run(main)
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from sidecar.moqt.events import (
 )
 from sidecar.moqt.model import FullTrackName
 from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.relay_metrics import scrape
 from sidecar.moqt.session import MoqtSession
 from sidecar.moqt.tls import CertificatePaths
 
@@ -169,13 +168,8 @@ class ClusterRelay:
         return self.process.url
 
     def metric(self, name: str) -> float:
-        """One ``kvmoq_relay_*`` series, scraped now."""
-        url = f"http://{HOST}:{self.http_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        found = re.search(rf"^kvmoq_relay_{name}(?:_total)? (\S+)$", text, re.MULTILINE)
-        assert found is not None, f"no kvmoq_relay_{name} in /metrics"
-        return float(found.group(1))
+        """One ``kvmoq_relay_*`` series (short name), scraped now."""
+        return scrape(f"{HOST}:{self.http_port}")[name]
 
     def wait_for(self, name: str, value: float, timeout: float = WAIT_S) -> None:
         """Poll a series until it reads ``value`` (an edge connecting, reconnecting)."""
