@@ -44,6 +44,8 @@ INFERENCE = {
     }
 }
 
+EDGES = {"relay": {"edges": {"enabled": True}}}
+
 
 def merged(*trees: dict[str, Any]) -> dict[str, Any]:
     """Nested dicts merged left to right, as helm merges several -f files."""
@@ -152,6 +154,52 @@ def test_defaults_render_the_relay_alone(tmp_path: Path) -> None:
         ("Deployment", "r-relay"),
         ("Service", "r-relay"),
     ]
+
+
+def relay_args(workload: dict[str, Any]) -> list[str]:
+    return container(workload["spec"]["template"]["spec"], "relay")["args"]
+
+
+def test_a_relay_cluster_puts_an_edge_on_every_node_under_the_root(tmp_path: Path) -> None:
+    docs = render(tmp_path, merged(INFERENCE, EDGES))
+    root = find(docs, "Deployment", "r-relay")
+    edge = find(docs, "DaemonSet", "r-relay-edge")
+    assert "--http=0.0.0.0:9465" in relay_args(root)
+    assert not [a for a in relay_args(root) if a.startswith("--upstream")]
+    assert relay_args(edge)[-3:] == [
+        "--upstream=moqt://r-relay:4443",
+        "--ca=/tls/ca.crt",
+        "--upstream-timeout=10",
+    ]
+    # The tiers differ only in their upstream and labels: one pod spec definition.
+    root_spec, edge_spec = (w["spec"]["template"]["spec"] for w in (root, edge))
+    assert relay_args(root) == relay_args(edge)[:-3]
+    assert {**container(root_spec, "relay"), "args": []} == {
+        **container(edge_spec, "relay"),
+        "args": [],
+    }
+    probe = container(edge_spec, "relay")["readinessProbe"]
+    assert probe == {"httpGet": {"path": "/readyz", "port": "metrics"}}
+    # Each tier's Service selects its own pods; sidecars reach the edge on their node.
+    root_service, edge_service = (
+        find(docs, "Service", "r-relay"),
+        find(docs, "Service", "r-relay-edge"),
+    )
+    assert root_service["spec"]["selector"] == root["spec"]["selector"]["matchLabels"]
+    assert edge_service["spec"]["selector"] == edge["spec"]["selector"]["matchLabels"]
+    assert root_service["spec"]["selector"] != edge_service["spec"]["selector"]
+    assert edge_service["spec"]["internalTrafficPolicy"] == "Local"
+    sidecar = container(pod(docs)["spec"], "kvmoq-sidecar", "initContainers")
+    assert env(sidecar)["KVMOQ_RELAY"] == "moqt://r-relay-edge:4443"
+    validate(tmp_path, render_text(tmp_path, merged(INFERENCE, EDGES)))
+
+    # Edges as a Deployment: as many as asked, behind a Service that spreads sidecars.
+    values = merged(EDGES, {"relay": {"edges": {"kind": "Deployment", "replicas": 3}}})
+    docs = render(tmp_path, values)
+    assert find(docs, "Deployment", "r-relay-edge")["spec"]["replicas"] == 3
+    assert "internalTrafficPolicy" not in find(docs, "Service", "r-relay-edge")["spec"]
+    result = helm("lint", "--strict", CHART, "-f", values_file(tmp_path, values))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_inference_pod_gets_a_native_sidecar_beside_the_model_server(tmp_path: Path) -> None:
@@ -362,6 +410,8 @@ def test_schema_knows_every_sidecar_setting() -> None:
             merged(INFERENCE, {"inference": {"service": {"enabled": True}}}),
             "inference.service.ports is required",
         ),
+        (merged(EDGES, {"relay": {"replicas": 2}}), "relay.replicas must be 1"),
+        (merged(EDGES, {"relay": {"edges": {"kind": "StatefulSet"}}}), "kind"),
     ],
     ids=[
         "no-image",
@@ -376,6 +426,8 @@ def test_schema_knows_every_sidecar_setting() -> None:
         "container-name",
         "cuda-ipc-without-gpu",
         "service-without-ports",
+        "replicated-root",
+        "edge-kind",
     ],
 )
 def test_invalid_values_fail_with_a_clear_message(

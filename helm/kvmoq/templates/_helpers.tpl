@@ -6,3 +6,57 @@
 app.kubernetes.io/name: kvmoq-inference
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
+
+{{/* Labels of one tier of relays: (list $ "root") or (list $ "edge"). */}}
+{{- define "kvmoq.relaySelector" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: kvmoq-relay
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/*
+The pod spec of a relay, root or edge (one definition, so the tiers cannot drift):
+(dict "root" $ "upstream" URL-or-empty "resources" MAP). An edge trusts the root's
+certificate through the ca.crt of the same Secret, which must cover both Service names.
+*/}}
+{{- define "kvmoq.relayPodSpec" -}}
+{{- $ := .root -}}
+{{- $relay := $.Values.relay -}}
+# SIGTERM makes the relay send GOAWAY and close sessions before exit.
+terminationGracePeriodSeconds: 30
+containers:
+  - name: relay
+    image: "{{ $.Values.image.repository }}:{{ $.Values.image.tag }}"
+    imagePullPolicy: {{ $.Values.image.pullPolicy }}
+    command: ["kvmoq"]
+    args:
+      - relay
+      - --listen=0.0.0.0:{{ $relay.port }}
+      - --cert=/tls/tls.crt
+      - --key=/tls/tls.key
+      - --cache-bytes={{ $relay.cacheBytes | int64 }}
+      - --backend={{ $relay.backend }}
+      - --max-datagram-size={{ $relay.maxDatagramSize }}
+      - --http=0.0.0.0:{{ $relay.metricsPort }}
+      {{- if .upstream }}
+      - --upstream={{ .upstream }}
+      - --ca=/tls/ca.crt
+      - --upstream-timeout={{ $relay.edges.upstreamTimeout }}
+      {{- end }}
+    env:
+      - {name: KVMOQ_LOG_FORMAT, value: json}
+    ports:
+      - {name: moqt, containerPort: {{ $relay.port }}, protocol: UDP}
+      - {name: metrics, containerPort: {{ $relay.metricsPort }}, protocol: TCP}
+    livenessProbe:
+      httpGet: {path: /healthz, port: metrics}
+    readinessProbe:
+      httpGet: {path: /readyz, port: metrics}
+    resources: {{- toYaml .resources | nindent 6 }}
+    volumeMounts:
+      - {name: tls, mountPath: /tls, readOnly: true}
+volumes:
+  - name: tls
+    secret: {secretName: {{ $relay.tlsSecret }}}
+{{- end }}
