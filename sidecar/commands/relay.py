@@ -19,7 +19,9 @@ _EPILOG = """\
 Publishers send PUBLISH_NAMESPACE (or PUBLISH); SUBSCRIBE, FETCH and TRACK_STATUS go to the
 publisher of the longest matching namespace prefix, one upstream subscription per track
 fans out to every subscriber, and objects are cached (whole groups, least recently used
-first) so late subscribers and FETCHes are served without the publisher.
+first) so late subscribers and FETCHes are served without the publisher. A session that
+sends SUBSCRIBE_NAMESPACE hears of every namespace under the prefix (PUBLISH_NAMESPACE) and
+is offered every track pushed with PUBLISH there (PUBLISH; it answers PUBLISH_OK).
 
 An edge relay (--upstream) is one of many under a root relay: it tells the root of the
 namespaces published through it, follows upstream the prefixes its sessions follow, and asks

@@ -44,6 +44,7 @@ from .messages import (
     FetchOk,
     FilterType,
     JoiningFetch,
+    PublishOk,
     StandaloneFetch,
     Subscribe,
     SubscribeOk,
@@ -51,7 +52,7 @@ from .messages import (
     TrackStatusOk,
     fetch_end,
 )
-from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
+from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject, has_prefix
 from .relay_cache import RelayCache
 from .relay_routing import Namespace, NamespaceTable, RoutingLimitExceeded
 from .session import MoqtSession
@@ -274,6 +275,16 @@ class Peer:
     upstream_fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
     status_requests: dict[int, tuple[Peer, int]] = field(default_factory=dict)
     announced: set[Namespace] = field(default_factory=set)  # namespaces we told it of
+    offers: dict[int, _Offer] = field(default_factory=dict)  # our PUBLISHes awaiting PUBLISH_OK
+
+
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    """A PUBLISH the relay sent a namespace subscriber: the track, and the largest location
+    the PUBLISH named (a Largest Object filter in the PUBLISH_OK counts from there)."""
+
+    track: Track
+    largest: Location | None
 
 
 def _item_size(item: _Item) -> int:
@@ -310,8 +321,9 @@ class Relay:
     def attach_upstream(self, peer: Peer) -> None:
         """Make ``peer`` (a session this relay opened, set up) the relay it is an edge of.
 
-        The edge tells it of every namespace published here and follows upstream every
-        prefix followed here, and sends it whatever SUBSCRIBE, FETCH or TRACK_STATUS neither
+        The edge tells it of every namespace published here, PUBLISHes to it every track
+        pushed here, follows upstream every prefix followed here, and sends it whatever
+        SUBSCRIBE, FETCH or TRACK_STATUS neither
         a publisher here nor the cache can answer: one upstream subscription per track
         whatever the number of subscribers here, as for any publisher.
         """
@@ -325,6 +337,8 @@ class Relay:
             self._announce(upstream, namespace)
         for prefix in self.namespaces.followed():
             self._follow_upstream(prefix)
+        for track in list(self.tracks.values()):
+            self._offer(upstream, track)  # the pushed ones
 
     def handle(self, peer: Peer, event: ev.MoqtEvent) -> None:
         """Act on one event of ``peer``'s session. Never raises."""
@@ -391,6 +405,9 @@ class Relay:
         self._session(peer).subscribe_namespace_ok(message.request_id)
         for namespace in self.namespaces.published_under(message.namespace):
             self._announce(peer, namespace)
+        for track in list(self.tracks.values()):
+            if has_prefix(track.name.namespace, message.namespace):
+                self._offer(peer, track)
         if peer is not self.upstream:
             self._follow_upstream(message.namespace)
 
@@ -491,11 +508,29 @@ class Relay:
         self._session(peer).subscribe_ok(
             message.request_id, group_order=track.group_order, largest=largest
         )
-        start, end_group = _window(message.filter, largest)
-        sub = Downstream(peer, message.request_id, track, start, end_group, message.forward)
+        absolute = message.filter.filter_type in (
+            FilterType.ABSOLUTE_START,
+            FilterType.ABSOLUTE_RANGE,
+        )
+        self._serve(peer, message.request_id, track, message, largest, replay=absolute)
+
+    def _serve(
+        self,
+        peer: Peer,
+        request_id: int,
+        track: Track,
+        wants: Subscribe | PublishOk,
+        largest: Location | None,
+        *,
+        replay: bool,
+    ) -> None:
+        """Start a downstream subscription (a SUBSCRIBE accepted, or a PUBLISH the peer
+        accepted) on ``wants``' filter: through the cache first with ``replay``, else live."""
+        start, end_group = _window(wants.filter, largest)
+        sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
         track.subscribers.append(sub)
-        peer.downstreams[message.request_id] = sub
-        if message.filter.filter_type in (FilterType.ABSOLUTE_START, FilterType.ABSOLUTE_RANGE):
+        peer.downstreams[request_id] = sub
+        if replay:
             sub.live = False
             self._enqueue(peer, _Replay(sub, start.group))
             return
@@ -565,6 +600,17 @@ class Relay:
             )
             for item in early:
                 self._enqueue(fetch.peer, item)
+        elif isinstance(message, PublishOk):
+            offer = peer.offers.pop(event.request_id, None)
+            if offer is None:
+                return
+            if offer.track.upstream is None or self.tracks.get(offer.track.name) is not offer.track:
+                self._session(peer).publish_done(
+                    event.request_id, PublishDoneStatus.TRACK_ENDED, "the publisher is gone"
+                )
+                return
+            # From the cache first: what arrived since the PUBLISH went out is there.
+            self._serve(peer, event.request_id, offer.track, message, offer.largest, replay=True)
         elif isinstance(message, TrackStatusOk):
             asker = peer.status_requests.pop(event.request_id, None)
             if asker is not None and not asker[0].gone:
@@ -597,6 +643,7 @@ class Relay:
         asker = peer.status_requests.pop(request_id, None)
         if asker is not None and not asker[0].gone:
             self._session(asker[0]).reject(asker[1], code, reason)
+        peer.offers.pop(request_id, None)
 
     def _on_subscribe_updated(self, peer: Peer, event: ev.SubscribeUpdated) -> None:
         message = event.message
@@ -643,6 +690,33 @@ class Relay:
             self._publish_namespace(peer, message.track.namespace)  # PUBLISH implies it
         except RoutingLimitExceeded as exc:  # the track itself is still relayed
             logger.info("relay: %s: %s", message.track, exc)
+        for follower in self.namespaces.interested_in(message.track.namespace):
+            self._offer(follower, track)
+        if self.upstream is not None:  # an edge pushes it on: the root offers it to others
+            self._offer(self.upstream, track)
+
+    def _offer(self, peer: Peer, track: Track) -> None:
+        """PUBLISH a pushed track to a namespace subscriber (draft-14: the recipient of
+        SUBSCRIBE_NAMESPACE sends PUBLISH for the matching tracks), once per track."""
+        upstream = track.upstream
+        if (
+            upstream is None
+            or not upstream.pushed
+            or upstream.state is not UpstreamState.LIVE
+            or upstream.peer is peer
+            or any(offer.track is track for offer in peer.offers.values())
+            or any(sub.track is track for sub in peer.downstreams.values())
+        ):
+            return
+        largest = self._largest(track)
+        try:
+            request_id = self._session(peer).publish(
+                track.name, group_order=track.group_order, largest=largest
+            )
+        except UsageError as exc:  # no request ids left, or it already gets the track
+            logger.info("relay: cannot offer %s to %s: %s", track.name, peer.name, exc)
+            return
+        peer.offers[request_id] = _Offer(track, largest)
 
     # ------------------------------------------------------------------------------------
     # TRACK_STATUS.

@@ -59,3 +59,20 @@ def test_aiomoqt_fetch_is_served_from_the_kvmoq_cache(
     fetch.expect_success(timeout=spec.timeout + 10)
     assert received(fetch) == spec.expected()
     assert len(publisher.events("produced")) == 1
+
+
+@pytest.mark.interop
+def test_a_namespace_subscriber_is_offered_a_pushed_track(start_peer: StartPeer) -> None:
+    """draft-14 discovery: an aiomoqt subscriber that knows only the namespace follows it; an
+    aiomoqt publisher then PUBLISHes its track to the relay, which offers it to the follower
+    with PUBLISH, and every object reaches it."""
+    spec = TrackSpec(namespace="kvtest/discover", timeout=15.0)
+    relay = start_peer("kvmoq", "relay")
+    relay.wait_ready()
+    subscriber = start_peer("aiomoqt", "sub", url=relay.url, discover=True, **spec.params())
+    subscriber.wait_event("following", timeout=20)
+    publisher = start_peer("aiomoqt", "pub", url=relay.url, mode="publish", **spec.params())
+    publisher.wait_ready()
+    subscriber.expect_success(timeout=spec.timeout + 10)
+    assert received(subscriber) == spec.expected()
+    assert subscriber.events("ready")[0]["track"] == spec.track  # learnt from the PUBLISH

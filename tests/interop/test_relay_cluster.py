@@ -76,3 +76,21 @@ def test_kvmoq_edges_under_a_moqrs_root(start_peer: StartPeer, certs: Certs) -> 
         assert received(subscriber) == spec.expected()
         assert a.metric("subscribes_received") == 1  # from the root, for its publisher
         assert b.metric("subscribes_sent") == 1  # to the root
+
+
+@pytest.mark.interop
+def test_a_track_pushed_on_one_edge_is_offered_to_a_follower_on_another(
+    start_peer: StartPeer, certs: Certs, kvmoq_root: ClusterRelay
+) -> None:
+    """draft-14 discovery across the cluster: edge A PUBLISHes the pushed track on to the
+    root, which offers it to edge B (following the prefix for its subscriber), which offers
+    it to the subscriber that knows only the namespace."""
+    spec = TrackSpec(namespace="kvtest/cluster-discover", timeout=15.0)
+    with ExitStack() as stack:
+        a, b = edges(stack, certs, kvmoq_root.url, 2)
+        subscriber = start_peer("aiomoqt", "sub", url=b.url, discover=True, **spec.params())
+        subscriber.wait_event("following", timeout=20)
+        publisher = start_peer("aiomoqt", "pub", url=a.url, mode="publish", **spec.params())
+        publisher.wait_ready()
+        subscriber.expect_success(timeout=spec.timeout + 10)
+        assert received(subscriber) == spec.expected()

@@ -1,5 +1,9 @@
 """aiomoqt subscriber: SUBSCRIBEs with an AbsoluteStart {0,0} filter and prints every object.
 
+With --discover it knows only the namespace: SUBSCRIBE_NAMESPACE, then it takes the track
+the relay offers with PUBLISH (answering PUBLISH_OK, Largest Object filter), and prints a
+"following" event once the relay has accepted the SUBSCRIBE_NAMESPACE.
+
 Each object's extension headers follow it as an "extensions" event. A SUBSCRIBE refused
 because the relay does not know the track yet (the publisher's announcement may still be in
 flight) is retried until the timeout. Exits 0 after groups x objects objects, 1 on timeout.
@@ -45,17 +49,30 @@ async def receive(args: argparse.Namespace) -> None:
     async with draft14_client(args.url, args.ca).connect() as session:
         await session.client_session_init()
         emit("session", version=f"moq-transport-{session.negotiated_draft}")
+        if args.discover:
+            await_publish = session.await_publish
+
+            async def following_then_await(*args: Any, **kwargs: Any) -> Any:
+                # aiomoqt calls this once SUBSCRIBE_NAMESPACE_OK is in.
+                emit("following")
+                return await await_publish(*args, **kwargs)
+
+            session.await_publish = following_then_await
         while True:
             track = SubscribedTrack(
-                session, namespace=args.namespace, trackname=args.track, on_object=on_object
+                session,
+                namespace=args.namespace,
+                trackname=None if args.discover else args.track,
+                on_object=on_object,
             )
+            track._quiet = True  # it would print to stdout, which carries JSON events only
             try:
                 await track.subscribe(filter_type=_FILTERS[args.filter])
                 break
             except MOQTRequestError as error:
                 emit("refused", code=error.error_code, reason=error.reason)
                 await asyncio.sleep(_RETRY_S)
-        emit("ready", filter=args.filter)
+        emit("ready", filter=args.filter, track=track.trackname)
         await complete.wait()
         emit("done", objects=received)
 
@@ -63,6 +80,9 @@ async def receive(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = client_parser(__doc__ or "")
     parser.add_argument("--filter", choices=sorted(_FILTERS), default="absolute")
+    parser.add_argument(
+        "--discover", action="store_true", help="learn the track from the relay's PUBLISH"
+    )
     args = parser.parse_args()
     try:
         asyncio.run(asyncio.wait_for(receive(args), args.timeout))
