@@ -57,6 +57,7 @@ from sidecar.moqt.model import (
     has_prefix,
 )
 from sidecar.moqt.quic_backend import MiB, QuicSettings
+from sidecar.moqt.windows import joining_range, standalone_range, subscription_window
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -363,20 +364,6 @@ def _replays_history(peer: SetupParameters | None) -> bool:
     filters and keeps the groups it is sent (docs/wire-format.md, "Through relays").
     """
     return peer is not None and peer.implementation == MOQ_RS_IMPLEMENTATION
-
-
-def _subscription_window(
-    message: Subscribe, largest: Location | None
-) -> tuple[Location, int | None]:
-    """Where a SUBSCRIBE starts (only new objects) and its last group (None: open-ended)."""
-    after = Location(0, 0) if largest is None else Location(largest.group, largest.object + 1)
-    filt = message.filter
-    if filt.filter_type == FilterType.NEXT_GROUP_START:
-        return (Location(0, 0) if largest is None else Location(largest.group + 1, 0)), None
-    if filt.filter_type == FilterType.LARGEST_OBJECT:
-        return after, None
-    assert filt.start is not None
-    return max(filt.start, after), filt.end_group
 
 
 # Receiving ------------------------------------------------------------------------------
@@ -800,7 +787,7 @@ class Session:
                 message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
             )
             return
-        start, end_group = _subscription_window(message, track.largest)
+        start, end_group = subscription_window(message.filter, track.largest)
         replay = _replays_history(moqt.peer_parameters)
         if replay:
             start, end_group = Location(0, 0), None
@@ -859,7 +846,7 @@ class Session:
         if track is None:
             moqt.reject(message.request_id, FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track")
             return
-        window = self._fetch_window(message.target, track)
+        window = self._fetch_window(message.target)
         objects = [] if window is None else list(track.cache.objects(*window))
         if not objects:
             moqt.reject(message.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
@@ -874,22 +861,12 @@ class Session:
         self._spawn(message.request_id, self._serve_fetch(message.request_id, objects))
 
     def _fetch_window(
-        self, target: StandaloneFetch | JoiningFetch, track: PublishedTrack
+        self, target: StandaloneFetch | JoiningFetch
     ) -> tuple[Location, Location] | None:
         if isinstance(target, StandaloneFetch):
-            end_object = target.end_object
-            return target.start, Location(
-                target.end_group, end_object if end_object is not None else 1 << 62
-            )
+            return standalone_range(target)
         joined = self._deliveries.get(target.joining_request_id)
-        if joined is None or joined.start == Location(0, 0):
-            return None
-        first = (
-            joined.start.group - target.joining_start
-            if not target.absolute
-            else target.joining_start
-        )
-        return Location(max(first, 0), 0), Location(joined.start.group, joined.start.object - 1)
+        return None if joined is None else joining_range(target, joined.start)
 
     async def _serve_fetch(self, request_id: int, objects: list[tuple[int, TrackObject]]) -> None:
         moqt = self.connection.session

@@ -56,11 +56,9 @@ from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObjec
 from .relay_cache import RelayCache
 from .relay_routing import Namespace, NamespaceTable, RoutingLimitExceeded
 from .session import MoqtSession
+from .windows import end_object, joining_range, standalone_range, subscription_window, whole_groups
 
 logger = logging.getLogger(__name__)
-
-_LAST_OBJECT = (1 << 62) - 1
-_START = Location(0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,7 +524,7 @@ class Relay:
     ) -> None:
         """Start a downstream subscription (a SUBSCRIBE accepted, or a PUBLISH the peer
         accepted) on ``wants``' filter: through the cache first with ``replay``, else live."""
-        start, end_group = _window(wants.filter, largest)
+        start, end_group = subscription_window(wants.filter, largest, history=True)
         sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
         track.subscribers.append(sub)
         peer.downstreams[request_id] = sub
@@ -752,7 +750,7 @@ class Relay:
     def _on_fetch(self, peer: Peer, event: ev.FetchRequested) -> None:
         message = event.message
         self.counters.fetches_received += 1
-        window = self._fetch_window(peer, message.target, event.track)
+        window = self._fetch_window(peer, message.target)
         if window is None:
             self._session(peer).reject(
                 message.request_id, FetchErrorCode.INVALID_RANGE, "nothing to join"
@@ -776,7 +774,7 @@ class Relay:
             leader.followers.append(fetch)
             peer.fetches[message.request_id] = fetch
             return
-        target = StandaloneFetch(event.track, start, end.group, _end_object(end))
+        target = StandaloneFetch(event.track, start, end.group, end_object(end))
         try:
             request_id = self._session(publisher).fetch(target, group_order=message.group_order)
         except UsageError:
@@ -804,20 +802,12 @@ class Relay:
                 self._refuse_fetch(follower, reason)
 
     def _fetch_window(
-        self, peer: Peer, target: StandaloneFetch | JoiningFetch, track: FullTrackName
+        self, peer: Peer, target: StandaloneFetch | JoiningFetch
     ) -> tuple[Location, Location] | None:
         if isinstance(target, StandaloneFetch):
-            end_object = _LAST_OBJECT if target.end_object is None else target.end_object
-            return target.start, Location(target.end_group, end_object)
+            return standalone_range(target)
         sub = peer.downstreams.get(target.joining_request_id)
-        if sub is None or sub.start == _START:
-            return None
-        first = target.joining_start if target.absolute else sub.start.group - target.joining_start
-        if sub.start.object > 0:
-            end = Location(sub.start.group, sub.start.object - 1)
-        else:
-            end = Location(sub.start.group - 1, _LAST_OBJECT)
-        return Location(max(first, 0), 0), end
+        return None if sub is None else joining_range(target, sub.start)
 
     def _cached_range(self, fetch: DownstreamFetch) -> bool:
         """Whether the cache holds every group of the range that the track has."""
@@ -979,10 +969,10 @@ class Relay:
 
     def _fetched_whole_groups(self, fetch: DownstreamFetch) -> None:
         """A FETCH answered in full holds every object of the groups its range covers."""
-        first = fetch.start.group + (fetch.start.object > 0)
-        last = fetch.end.group - (fetch.end.object != _LAST_OBJECT)
-        for group_id in self.cache.group_ids(fetch.track, first, last):
-            self.cache.mark_complete(fetch.track, group_id)
+        groups = whole_groups(fetch.start, fetch.end)
+        if groups:
+            for group_id in self.cache.group_ids(fetch.track, groups.start, groups.stop - 1):
+                self.cache.mark_complete(fetch.track, group_id)
 
     def _on_stream_stopped(self, peer: Peer, event: ev.DataStreamStopped) -> None:
         sub = peer.downstreams.get(event.request_id)
@@ -1409,21 +1399,6 @@ class Relay:
         ev.DataStreamStopped: _on_stream_stopped,
         ev.SessionClosed: _on_closed,
     }
-
-
-def _window(filter: SubscriptionFilter, largest: Location | None) -> tuple[Location, int | None]:
-    """Where a subscription starts and its last group (None: open-ended)."""
-    if filter.start is not None:
-        return filter.start, filter.end_group
-    if largest is None:
-        return _START, None
-    if filter.filter_type == FilterType.NEXT_GROUP_START:
-        return Location(largest.group + 1, 0), None
-    return Location(largest.group, largest.object + 1), None
-
-
-def _end_object(end: Location) -> int | None:
-    return None if end.object == _LAST_OBJECT else end.object
 
 
 def _known_order(order: int) -> GroupOrder:

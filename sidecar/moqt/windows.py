@@ -1,0 +1,71 @@
+"""Where subscriptions and fetches start and end: draft-14's rules as pure functions.
+
+Both serving paths (a relay's, `relay_core`, and a local publisher's, `api`) answer SUBSCRIBE
+and FETCH with these, so they cannot disagree on a window (they did: on the "whole group"
+end, and on a joining FETCH whose subscription starts at object 0). Locations are
+inclusive on both ends here; FETCH_OK's exclusive End is `messages.fetch_end`.
+"""
+
+from __future__ import annotations
+
+from .messages import FilterType, JoiningFetch, StandaloneFetch, SubscriptionFilter
+from .model import Location
+from .wire import MAX_VARINT
+
+WHOLE_GROUP = MAX_VARINT
+"""An end object that stands for "to the end of the group": no object id is larger."""
+
+START = Location(0, 0)
+
+
+def subscription_window(
+    filter: SubscriptionFilter, largest: Location | None, *, history: bool = False
+) -> tuple[Location, int | None]:
+    """The first location a subscription delivers and its last group (None: open-ended).
+
+    Next Group Start begins at the group after the largest object, Largest Object right after
+    it, an absolute filter at its start; with nothing published yet, at 0/0. A SUBSCRIBE
+    delivers only new objects (past ones are FETCH's), so an absolute start before the
+    largest object is moved after it, unless ``history``: a relay serves what it caches from
+    an absolute start, and a publisher does so for peers that need it (`quirks`).
+    """
+    after = START if largest is None else Location(largest.group, largest.object + 1)
+    if filter.filter_type == FilterType.NEXT_GROUP_START:
+        return (START if largest is None else Location(largest.group + 1, 0)), None
+    if filter.filter_type == FilterType.LARGEST_OBJECT:
+        return after, None
+    assert filter.start is not None
+    return (filter.start if history else max(filter.start, after)), filter.end_group
+
+
+def standalone_range(target: StandaloneFetch) -> tuple[Location, Location]:
+    """A standalone FETCH's first and last location (a whole end group ends at WHOLE_GROUP)."""
+    end_object = WHOLE_GROUP if target.end_object is None else target.end_object
+    return target.start, Location(target.end_group, end_object)
+
+
+def joining_range(
+    target: JoiningFetch, subscription_start: Location
+) -> tuple[Location, Location] | None:
+    """A joining FETCH's range: from its first group (``joining_start`` groups before the
+    subscription's, or that group when absolute) to the object before the subscription's
+    first. None when nothing comes before it."""
+    if subscription_start == START:
+        return None
+    group = subscription_start.group
+    first = target.joining_start if target.absolute else group - target.joining_start
+    if subscription_start.object > 0:
+        end = Location(group, subscription_start.object - 1)
+    else:
+        end = Location(group - 1, WHOLE_GROUP)
+    return Location(max(first, 0), 0), end
+
+
+def end_object(end: Location) -> int | None:
+    """A range's last location as StandaloneFetch's end object (None: the whole group)."""
+    return None if end.object == WHOLE_GROUP else end.object
+
+
+def whole_groups(start: Location, end: Location) -> range:
+    """The groups a range covers from their first object to their last."""
+    return range(start.group + (start.object > 0), end.group + (end.object == WHOLE_GROUP))
