@@ -42,7 +42,6 @@ from sidecar.moqt.messages import (
     Fetch,
     FilterType,
     JoiningFetch,
-    SetupParameters,
     StandaloneFetch,
     Subscribe,
     SubscriptionFilter,
@@ -57,6 +56,7 @@ from sidecar.moqt.model import (
     has_prefix,
 )
 from sidecar.moqt.quic_backend import MiB, QuicSettings
+from sidecar.moqt.quirks import PeerQuirks
 from sidecar.moqt.windows import joining_range, standalone_range, subscription_window
 
 logger = logging.getLogger(__name__)
@@ -308,7 +308,7 @@ class _Delivery:
 
     def replay(self) -> None:
         """Send every object the track still caches, each complete group FINed: what a
-        subscription from a peer that needs history gets first (`_replays_history`)."""
+        subscription from a peer that needs history gets first (`quirks.PeerQuirks`)."""
         cached = list(self.track.cache.objects(Location(0, 0)))
         for index, (group_id, obj) in enumerate(cached):
             last = index + 1 == len(cached) or cached[index + 1][0] != group_id
@@ -348,22 +348,6 @@ class _Delivery:
         if self._stream is not None:
             self.session.connection.session.end_stream(self._stream)
             self._stream = None
-
-
-MOQ_RS_IMPLEMENTATION = b"moq-lite-rs"
-"""The IMPLEMENTATION setup parameter of moq-rs (moq-ffi 0.4.18), client and relay alike."""
-
-
-def _replays_history(peer: SetupParameters | None) -> bool:
-    """Whether a SUBSCRIBE from this peer gets every cached object first, whatever its filter.
-
-    A deviation from draft-14 for moq-rs alone: as a relay it subscribes upstream with the
-    Largest Object filter, takes a PUBLISH_DONE on an ended track as a track with no groups,
-    and its FETCH upstream for a group it lacks fails here (tests/interop/README.md, 25-27),
-    so without the history no group but the newest of a KV track gets through it. It ignores
-    filters and keeps the groups it is sent (docs/wire-format.md, "Through relays").
-    """
-    return peer is not None and peer.implementation == MOQ_RS_IMPLEMENTATION
 
 
 # Receiving ------------------------------------------------------------------------------
@@ -788,7 +772,7 @@ class Session:
             )
             return
         start, end_group = subscription_window(message.filter, track.largest)
-        replay = _replays_history(moqt.peer_parameters)
+        replay = PeerQuirks.of(moqt.peer_parameters).replays_history
         if replay:
             start, end_group = Location(0, 0), None
         moqt.subscribe_ok(message.request_id, largest=track.largest)
