@@ -53,7 +53,19 @@ from .messages import (
     fetch_end,
 )
 from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject, has_prefix
+from .quirks import PeerQuirks
 from .relay_cache import RelayCache
+from .relay_outbox import (
+    Done,
+    EndStream,
+    FetchEnd,
+    FetchReplay,
+    FetchSend,
+    Item,
+    Outbox,
+    Replay,
+    Send,
+)
 from .relay_routing import Namespace, NamespaceTable, RoutingLimitExceeded
 from .session import MoqtSession
 from .windows import end_object, joining_range, standalone_range, subscription_window, whole_groups
@@ -123,6 +135,8 @@ class Downstream:
     streams: dict[tuple[int, int], _Stream] = field(default_factory=dict)
     # Subgroups finished while catching up, so the replay does not send them again.
     finished: set[tuple[int, int]] = field(default_factory=set)
+    # It starts mid-group and its peer needs that group ended (quirks.closes_joined_groups).
+    joined_open: bool = False
 
     def wants(self, location: Location) -> bool:
         return (
@@ -146,7 +160,7 @@ class DownstreamFetch:
     end: Location
     descending: bool
     stream_id: int | None = None
-    early: list[_FetchSend | _FetchEnd] | None = None
+    early: list[FetchSend | FetchEnd] | None = None
     early_bytes: int = 0
     # FETCHes of the same range that came while this one was upstream (decoders below an
     # edge ask for a chunk at once): served from the cache this one fills, once it is whole.
@@ -202,59 +216,6 @@ class Track:
         return upstream
 
 
-# Outbox items: all that is bound for one peer, in order.
-
-
-@dataclass(eq=False, slots=True)
-class _Send:
-    sub: Downstream
-    group_id: int
-    obj: TrackObject
-
-
-@dataclass(eq=False, slots=True)
-class _EndStream:
-    sub: Downstream
-    key: tuple[int, int]
-    reset: bool
-
-
-@dataclass(eq=False, slots=True)
-class _Replay:
-    sub: Downstream
-    cursor: int
-    groups: deque[int] = field(default_factory=deque)
-
-
-@dataclass(eq=False, slots=True)
-class _Done:
-    sub: Downstream
-    status: int
-    reason: str
-
-
-@dataclass(eq=False, slots=True)
-class _FetchReplay:
-    fetch: DownstreamFetch
-    groups: deque[int]
-
-
-@dataclass(eq=False, slots=True)
-class _FetchSend:
-    fetch: DownstreamFetch
-    group_id: int
-    obj: TrackObject
-
-
-@dataclass(eq=False, slots=True)
-class _FetchEnd:
-    fetch: DownstreamFetch
-    reset: bool
-
-
-_Item = _Send | _EndStream | _Replay | _Done | _FetchReplay | _FetchSend | _FetchEnd
-
-
 @dataclass(eq=False)
 class Peer:
     """One session through the relay, in whatever roles it plays."""
@@ -262,8 +223,7 @@ class Peer:
     session: MoqtSession
     link: PeerLink
     name: str
-    outbox: deque[_Item] = field(default_factory=deque)
-    queued_bytes: int = 0
+    outbox: Outbox = field(default_factory=Outbox)
     waiting_drain: bool = False
     flushing: bool = False
     gone: bool = False
@@ -283,10 +243,6 @@ class _Offer:
 
     track: Track
     largest: Location | None
-
-
-def _item_size(item: _Item) -> int:
-    return item.obj.size if isinstance(item, _Send | _FetchSend) else 0
 
 
 class Relay:
@@ -526,11 +482,13 @@ class Relay:
         accepted) on ``wants``' filter: through the cache first with ``replay``, else live."""
         start, end_group = subscription_window(wants.filter, largest, history=True)
         sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
+        quirks = PeerQuirks.of(peer.session.peer_parameters)
+        sub.joined_open = start.object > 0 and quirks.closes_joined_groups
         track.subscribers.append(sub)
         peer.downstreams[request_id] = sub
         if replay:
             sub.live = False
-            self._enqueue(peer, _Replay(sub, start.group))
+            self._enqueue(peer, Replay(sub, start.group))
             return
         self._end_joined_group(sub)
         if track.upstream is None:
@@ -554,15 +512,10 @@ class Relay:
         last = group.ordered()[-1]
         if last.status != ObjectStatus.NORMAL or last.object_id >= sub.start.object:
             return
-        marker = TrackObject(
-            sub.start.object,
-            b"",
-            ObjectStatus.END_OF_GROUP,
-            subgroup_id=last.subgroup_id,
-            publisher_priority=last.publisher_priority,
-        )
-        self._enqueue(sub.peer, _Send(sub, sub.start.group, marker))
-        self._enqueue(sub.peer, _EndStream(sub, (sub.start.group, last.subgroup_id), False))
+        sub.joined_open = False
+        marker = _group_end(sub.start.object, last.subgroup_id, last.publisher_priority)
+        self._enqueue(sub.peer, Send(sub, sub.start.group, marker))
+        self._enqueue(sub.peer, EndStream(sub, (sub.start.group, last.subgroup_id), False))
 
     def _on_upstream_accepted(self, peer: Peer, event: ev.RequestAccepted) -> None:
         message = event.message
@@ -586,7 +539,7 @@ class Relay:
             if fetch is None or fetch.early is None:
                 return
             early, fetch.early = fetch.early, None
-            if early and isinstance(early[-1], _FetchEnd):  # upstream's stream is over
+            if early and isinstance(early[-1], FetchEnd):  # upstream's stream is over
                 del peer.upstream_fetches[event.request_id]
             if fetch.peer.gone or fetch.peer.fetches.get(fetch.request_id) is not fetch:
                 return  # cancelled, or its session left: it went on for its followers only
@@ -836,13 +789,13 @@ class Relay:
         if fetch.descending:
             groups.reverse()
         fetch.peer.fetches[fetch.request_id] = fetch
-        self._enqueue(fetch.peer, _FetchReplay(fetch, groups))
+        self._enqueue(fetch.peer, FetchReplay(fetch, groups))
 
     def _on_fetch_cancelled(self, peer: Peer, event: ev.FetchCancelled) -> None:
         fetch = peer.fetches.pop(event.request_id, None)
         if fetch is None:
             return
-        self._purge(peer, lambda item: getattr(item, "fetch", None) is fetch)
+        peer.outbox.purge(fetch)
         for leader in self._inflight.values():
             if fetch in leader.followers:
                 leader.followers.remove(fetch)
@@ -874,9 +827,7 @@ class Relay:
             fetch = peer.upstream_fetches.get(event.request_id)
             if fetch is not None:
                 self.cache.add(fetch.track, event.group_id, obj, refill=True)
-                self._forward_fetched(
-                    peer, event.request_id, _FetchSend(fetch, event.group_id, obj)
-                )
+                self._forward_fetched(peer, event.request_id, FetchSend(fetch, event.group_id, obj))
             return
         track = peer.upstreams.get(event.request_id)
         if track is None:
@@ -897,7 +848,7 @@ class Relay:
         track.live_streams[event.stream_id] = (event.group_id, subgroup)
         for sub in list(track.subscribers):
             if sub.live and sub.wants(location):
-                self._enqueue(sub.peer, _Send(sub, event.group_id, obj))
+                self._enqueue(sub.peer, Send(sub, event.group_id, obj))
             elif sub.live and sub.end_group is not None and event.group_id > sub.end_group:
                 self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")
 
@@ -926,7 +877,7 @@ class Relay:
                 self._fetched_whole_groups(fetch)
             if fetch.early is None:
                 del peer.upstream_fetches[event.request_id]
-            self._forward_fetched(peer, event.request_id, _FetchEnd(fetch, reset))
+            self._forward_fetched(peer, event.request_id, FetchEnd(fetch, reset))
             self._upstream_fetch_over(fetch, whole=not reset, reason="upstream reset the fetch")
             return
         track = peer.upstreams.get(event.request_id)
@@ -938,13 +889,11 @@ class Relay:
         if not reset:
             self.cache.mark_complete(track.name, key[0])
         for sub in track.subscribers:
-            self._enqueue(sub.peer, _EndStream(sub, key, reset))
+            self._enqueue(sub.peer, EndStream(sub, key, reset))
         if track.upstream_in(UpstreamState.ENDING):
             self._upstream_over(track)
 
-    def _forward_fetched(
-        self, upstream: Peer, request_id: int, item: _FetchSend | _FetchEnd
-    ) -> None:
+    def _forward_fetched(self, upstream: Peer, request_id: int, item: FetchSend | FetchEnd) -> None:
         """Pass on what upstream sent for a FETCH, or hold it until FETCH_OK (bounded like
         an outbox: past ``max_queued_bytes`` the FETCH fails both ways)."""
         fetch = item.fetch
@@ -952,7 +901,7 @@ class Relay:
             self._enqueue(fetch.peer, item)
             return
         fetch.early.append(item)
-        fetch.early_bytes += _item_size(item)
+        fetch.early_bytes += item.size
         if fetch.early_bytes > self.limits.max_queued_bytes:
             del upstream.upstream_fetches[request_id]
             self._session(upstream).fetch_cancel(request_id)
@@ -984,7 +933,7 @@ class Relay:
         fetch = peer.fetches.pop(event.request_id, None)
         if fetch is not None:
             fetch.stream_id = None
-            self._purge(peer, lambda item: getattr(item, "fetch", None) is fetch)
+            peer.outbox.purge(fetch)
 
     # ------------------------------------------------------------------------------------
     # Peers leaving.
@@ -1007,7 +956,7 @@ class Relay:
         for track in list(peer.upstreams.values()):
             for sub in track.subscribers:
                 for key in track.live_streams.values():
-                    self._enqueue(sub.peer, _EndStream(sub, key, reset=True))
+                    self._enqueue(sub.peer, EndStream(sub, key, reset=True))
             track.live_streams.clear()
             if track.upstream is not None:
                 track.upstream.end(PublishDoneStatus.GOING_AWAY, left)
@@ -1015,7 +964,7 @@ class Relay:
         for fetch in peer.upstream_fetches.values():
             self._upstream_fetch_over(fetch, whole=False, reason=left)
             if fetch.early is None:
-                self._enqueue(fetch.peer, _FetchEnd(fetch, reset=True))
+                self._enqueue(fetch.peer, FetchEnd(fetch, reset=True))
             else:
                 self._refuse_fetch(fetch, left)
         for sub in list(peer.downstreams.values()):
@@ -1046,32 +995,31 @@ class Relay:
     # ------------------------------------------------------------------------------------
     # The outbox.
 
-    def _enqueue(self, peer: Peer, item: _Item) -> None:
+    def _enqueue(self, peer: Peer, item: Item) -> None:
         if peer.gone:
             return
-        size = _item_size(item)
-        over = size and peer.outbox and peer.queued_bytes + size > self.limits.max_queued_bytes
-        if over and isinstance(item, _Send):
+        outbox = peer.outbox
+        over = (
+            item.size and outbox and outbox.queued_bytes + item.size > self.limits.max_queued_bytes
+        )
+        if over and isinstance(item, Send):
             self._fall_behind(item.sub, item.group_id)
             return
-        if over and isinstance(item, _FetchSend):
-            fetch = item.fetch
-            self._purge(peer, lambda queued: getattr(queued, "fetch", None) is fetch)
-            self._end_fetch(fetch, reset=True)
+        if over and isinstance(item, FetchSend):
+            outbox.purge(item.fetch)
+            self._end_fetch(item.fetch, reset=True)
             return
-        peer.outbox.append(item)
-        peer.queued_bytes += size
+        outbox.append(item)
         self._flush(peer)
 
     def _fall_behind(self, sub: Downstream, group_id: int) -> None:
         """Too much live data waits for this subscriber: it reads the cache instead, at its
         own pace, and only if the cache loses a group it has not read is it TOO_FAR_BEHIND."""
         peer = sub.peer
-        queued = [q.group_id for q in peer.outbox if isinstance(q, _Send) and q.sub is sub]
-        self._purge(peer, lambda q: isinstance(q, _Send) and q.sub is sub)
+        queued = [send.group_id for send in peer.outbox.take_sends(sub)]
         sub.live = False
         sub.behind = True
-        self._enqueue(peer, _Replay(sub, min(queued, default=group_id)))
+        self._enqueue(peer, Replay(sub, min(queued, default=group_id)))
 
     def _flush(self, peer: Peer) -> None:
         """Write queued items while the connection has room; items may queue more.
@@ -1084,11 +1032,9 @@ class Relay:
         peer.flushing = True
         try:
             while peer.outbox and not peer.link.backlogged() and not peer.gone:
-                item = peer.outbox[0]
-                done = self._run(item)
-                if done and peer.outbox and peer.outbox[0] is item:  # a purge may have run
-                    peer.outbox.popleft()
-                    peer.queued_bytes -= _item_size(item)
+                item = peer.outbox.front()
+                if self._RUNNERS[type(item)](self, item):
+                    peer.outbox.done(item)
                 self._dirty.add(peer)
         except Exception:
             self._fail(peer)
@@ -1098,35 +1044,40 @@ class Relay:
             peer.waiting_drain = True
             peer.link.wake_when_drained()
 
-    def _purge(self, peer: Peer, belongs: object) -> None:
-        keep = deque(item for item in peer.outbox if not belongs(item))  # type: ignore[operator]
-        peer.outbox = keep
-        peer.queued_bytes = sum(_item_size(item) for item in keep)
+    # What writing each kind of item means; each returns True once the item is done.
 
-    def _run(self, item: _Item) -> bool:
-        """Write (part of) one item; True when it is done."""
-        if isinstance(item, _Send):
-            if item.sub.peer.downstreams.get(item.sub.request_id) is item.sub:
-                self._write(item.sub, item.group_id, item.obj)
-        elif isinstance(item, _EndStream):
-            sub, key = item.sub, item.key
-            if item.reset:
-                self._end_stream(sub, key, reset=True)
-            elif sub.live or key in sub.streams:  # a replay that has not got here FINs it itself
-                self._write_group(sub, key[0], key[1])
-        elif isinstance(item, _Replay):
-            return self._replay_step(item)
-        elif isinstance(item, _Done):
-            self._send_done(item.sub, item.status, item.reason)
-        elif isinstance(item, _FetchReplay):
-            return self._fetch_replay_step(item)
-        elif isinstance(item, _FetchSend):
-            self._write_fetch(item.fetch, item.group_id, item.obj)
-        else:
-            self._end_fetch(item.fetch, item.reset)
+    def _run_send(self, item: Send) -> bool:
+        if item.sub.peer.downstreams.get(item.sub.request_id) is item.sub:
+            self._write(item.sub, item.group_id, item.obj)
+        return True
+
+    def _run_end_stream(self, item: EndStream) -> bool:
+        sub, key = item.sub, item.key
+        if item.reset:
+            self._end_stream(sub, key, reset=True)
+        elif sub.live or key in sub.streams:  # a replay that has not got here FINs it itself
+            self._write_group(sub, key[0], key[1])
+        return True
+
+    def _run_done(self, item: Done) -> bool:
+        self._send_done(item.sub, item.status, item.reason)
+        return True
+
+    def _run_fetch_send(self, item: FetchSend) -> bool:
+        self._write_fetch(item.fetch, item.group_id, item.obj)
+        return True
+
+    def _run_fetch_end(self, item: FetchEnd) -> bool:
+        self._end_fetch(item.fetch, item.reset)
         return True
 
     def _write(self, sub: Downstream, group_id: int, obj: TrackObject) -> None:
+        if sub.joined_open:
+            sub.joined_open = False
+            if group_id > sub.start.group:  # the joined group got no tail: say it ended
+                marker = _group_end(sub.start.object, 0, obj.publisher_priority)
+                self._write(sub, sub.start.group, marker)
+                self._end_stream(sub, (sub.start.group, 0), reset=False)
         key = (group_id, obj.subgroup_id)
         stream = sub.streams.get(key)
         session = self._session(sub.peer)
@@ -1185,7 +1136,7 @@ class Relay:
         else:
             session.end_stream(stream.stream_id)
 
-    def _replay_step(self, item: _Replay) -> bool:
+    def _replay_step(self, item: Replay) -> bool:
         sub = item.sub
         if sub.peer.downstreams.get(sub.request_id) is not sub or sub.ending:
             return True
@@ -1219,7 +1170,7 @@ class Relay:
         """End a subscription once what is queued before it has gone out."""
         if not sub.ending:
             sub.ending = True
-            self._enqueue(sub.peer, _Done(sub, status, reason))
+            self._enqueue(sub.peer, Done(sub, status, reason))
 
     def _send_done(self, sub: Downstream, status: int, reason: str) -> None:
         if sub.peer.downstreams.pop(sub.request_id, None) is not sub:
@@ -1245,7 +1196,7 @@ class Relay:
         peer = sub.peer
         peer.downstreams.pop(sub.request_id, None)
         if not peer.gone:
-            self._purge(peer, lambda item: getattr(item, "sub", None) is sub)
+            peer.outbox.purge(sub)
             if reset_streams:
                 for stream in sub.streams.values():
                     if not stream.stopped:
@@ -1281,7 +1232,7 @@ class Relay:
             extensions=obj.extensions,
         )
 
-    def _fetch_replay_step(self, item: _FetchReplay) -> bool:
+    def _fetch_replay_step(self, item: FetchReplay) -> bool:
         fetch = item.fetch
         if not item.groups:
             self._end_fetch(fetch, reset=False)
@@ -1377,6 +1328,16 @@ class Relay:
             publisher = self.namespaces.route(name.namespace) or self.upstream
         return None if publisher is asker else publisher
 
+    _RUNNERS: ClassVar[dict[type[Item], Callable[[Relay, Any], bool]]] = {
+        Send: _run_send,
+        EndStream: _run_end_stream,
+        Replay: _replay_step,
+        Done: _run_done,
+        FetchReplay: _fetch_replay_step,
+        FetchSend: _run_fetch_send,
+        FetchEnd: _run_fetch_end,
+    }
+
     _HANDLERS: ClassVar[dict[type[ev.MoqtEvent], Callable[[Relay, Peer, Any], None]]] = {
         ev.NamespacePublished: _on_namespace_published,
         ev.NamespacePublishDone: _on_namespace_done,
@@ -1399,6 +1360,13 @@ class Relay:
         ev.DataStreamStopped: _on_stream_stopped,
         ev.SessionClosed: _on_closed,
     }
+
+
+def _group_end(object_id: int, subgroup: int, priority: int) -> TrackObject:
+    """An END_OF_GROUP status object: the group has no object from ``object_id`` on."""
+    return TrackObject(
+        object_id, b"", ObjectStatus.END_OF_GROUP, subgroup_id=subgroup, publisher_priority=priority
+    )
 
 
 def _known_order(order: int) -> GroupOrder:
