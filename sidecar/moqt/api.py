@@ -233,14 +233,14 @@ class PublishedTrack:
     async def _drain(self) -> None:
         # One slow subscriber holds the producer back: the bound is per connection, and a
         # KV cache that one decoder cannot take in time is better recomputed than dropped.
-        connections = {d.session.connection for d in self._deliveries}
+        connections = {d.connection for d in self._deliveries}
         if not connections:
             await asyncio.sleep(0)  # a producer with no audience still lets the loop run
         for connection in connections:
             try:
                 await connection.drain()
             except ConnectionError:
-                for delivery in [d for d in self._deliveries if d.session.connection is connection]:
+                for delivery in [d for d in self._deliveries if d.connection is connection]:
                     delivery.drop()
 
     @property
@@ -252,11 +252,12 @@ class PublishedTrack:
         """Wait until someone subscribes: SUBSCRIBE delivers only objects written after it."""
         await self._subscribed.wait()
 
-    def _attach(self, delivery: _Delivery) -> None:
+    def attach(self, delivery: _Delivery) -> None:
+        """A session serves this track to one more subscription."""
         self._deliveries.add(delivery)
         self._subscribed.set()
 
-    def _detach(self, delivery: _Delivery) -> None:
+    def detach(self, delivery: _Delivery) -> None:
         self._deliveries.discard(delivery)
         if not self._deliveries:
             self._subscribed.clear()
@@ -274,6 +275,7 @@ class _Delivery:
         end_group: int | None,
     ) -> None:
         self.session = session
+        self.connection = session.connection
         self.track = track
         self.request_id = request_id
         self.start = start
@@ -291,7 +293,7 @@ class _Delivery:
             return
         if not self._writable():
             return
-        moqt = self.session.connection.session
+        moqt = self.connection.session
         if self._group != group_id:
             self._end_stream()
             self._stream = moqt.open_subgroup(
@@ -304,7 +306,7 @@ class _Delivery:
             self._stream = None
             if group_id == self.end_group:
                 self.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "range delivered")
-        self.session.connection.transmit()
+        self.connection.transmit()
 
     def replay(self) -> None:
         """Send every object the track still caches, each complete group FINed: what a
@@ -321,32 +323,32 @@ class _Delivery:
         if not self._writable():
             return
         self._end_stream()
-        self.session.connection.session.publish_done(self.request_id, status, reason)
-        self.session.connection.transmit()
+        self.connection.session.publish_done(self.request_id, status, reason)
+        self.connection.transmit()
         self.drop()
 
     def drop(self) -> None:
-        self.track._detach(self)
-        self.session._deliveries.pop(self.request_id, None)
+        self.track.detach(self)
+        self.session.forget(self)
 
     def cancel(self) -> None:
         """The subscriber left (UNSUBSCRIBE): reset the stream in flight, send nothing more."""
         if self._stream is not None and self._writable():
-            self.session.connection.session.reset_stream(self._stream)
+            self.connection.session.reset_stream(self._stream)
             self._stream = None
         self.drop()
 
     def _writable(self) -> bool:
         """False (and the delivery dropped) once the connection is closing: from then on
         qh3 raises on writes and aioquic discards them, before the session hears of it."""
-        if self.session.connection.closing:
+        if self.connection.closing:
             self.drop()
             return False
         return True
 
     def _end_stream(self) -> None:
         if self._stream is not None:
-            self.session.connection.session.end_stream(self._stream)
+            self.connection.session.end_stream(self._stream)
             self._stream = None
 
 
@@ -440,9 +442,7 @@ class Subscription(_ObjectQueue):
     async def unsubscribe(self) -> None:
         """Stop the subscription; objects already queued can still be read."""
         if not self.finished:
-            self.session._subscriptions.pop(self.request_id, None)
-            self.session.connection.session.unsubscribe(self.request_id)
-            self.session.connection.transmit()
+            self.session.cancel(self)
             self.end()
 
     def _object(self, event: ev.ObjectReceived) -> None:
@@ -465,7 +465,7 @@ class Subscription(_ObjectQueue):
         if self.done_status is None or self._streams_open:
             return
         if self._expected_streams is None or self._streams_ended >= self._expected_streams:
-            self.session._subscriptions.pop(self.request_id, None)
+            self.session.forget(self)
             self.end()
 
 
@@ -481,9 +481,7 @@ class FetchStream(_ObjectQueue):
 
     async def cancel(self) -> None:
         if not self.finished:
-            self.session._fetches.pop(self.request_id, None)
-            self.session.connection.session.fetch_cancel(self.request_id)
-            self.session.connection.transmit()
+            self.session.cancel(self)
             self.end()
 
 
@@ -507,10 +505,7 @@ class NamespaceSubscription(_Queue[Announcement]):
     async def unsubscribe(self) -> None:
         """UNSUBSCRIBE_NAMESPACE; announcements already queued can still be read."""
         if not self.finished:
-            self.session._namespace_subscriptions.pop(self.request_id, None)
-            self.session.connection.session.unsubscribe_namespace(self.prefix)
-            self.session.connection.transmit()
-            self.session._forget_namespaces_under(self.prefix)
+            self.session.cancel(self)
             self.end()
 
 
@@ -611,6 +606,36 @@ class Session:
         await self._await_reply(request_id, self._namespace_subscriptions)
         return subscription
 
+    def cancel(self, request: Subscription | FetchStream | NamespaceSubscription) -> None:
+        """Tell the peer to stop serving ``request`` (UNSUBSCRIBE, FETCH_CANCEL,
+        UNSUBSCRIBE_NAMESPACE) and forget it; what its queue holds can still be read."""
+        moqt = self.connection.session
+        if isinstance(request, Subscription):
+            moqt.unsubscribe(request.request_id)
+        elif isinstance(request, FetchStream):
+            moqt.fetch_cancel(request.request_id)
+        else:
+            moqt.unsubscribe_namespace(request.prefix)
+            self._forget_namespaces_under(request.prefix)
+        self.forget(request)
+        self.connection.transmit()
+
+    def forget(
+        self, request: Subscription | FetchStream | NamespaceSubscription | _Delivery
+    ) -> None:
+        """Stop routing events to a request that is over (ours, or the peer's to us)."""
+        registry: dict[int, Any] = (
+            self._subscriptions
+            if isinstance(request, Subscription)
+            else self._fetches
+            if isinstance(request, FetchStream)
+            else self._deliveries
+            if isinstance(request, _Delivery)
+            else self._namespace_subscriptions
+        )
+        if registry.get(request.request_id) is request:
+            del registry[request.request_id]
+
     async def _await_reply(self, request_id: int, registry: dict[int, Any] | None = None) -> Any:
         """The peer's *_OK message; RequestRefused on *_ERROR, SessionGone if it closes."""
         future = self._replies[request_id] = asyncio.get_running_loop().create_future()
@@ -636,15 +661,13 @@ class Session:
         if event.source is ev.ObjectSource.FETCH:
             fetch = self._fetches.get(event.request_id)
             if fetch is not None and not fetch.put(_object_of(event)):
-                self._fetches.pop(event.request_id, None)
-                self.connection.session.fetch_cancel(event.request_id)
+                self.cancel(fetch)  # overflowed: failed already
             return
         subscription = self._subscriptions.get(event.request_id)
         if subscription is not None:
             subscription._object(event)
             if subscription.finished:  # overflowed
-                self._subscriptions.pop(event.request_id, None)
-                self.connection.session.unsubscribe(event.request_id)
+                self.cancel(subscription)
 
     def _on_stream_over(self, event: ev.DataStreamEnded | ev.DataStreamReset) -> None:
         fetch = self._fetches.get(event.request_id)
@@ -784,7 +807,7 @@ class Session:
         if track.ended or past_range:
             delivery.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "nothing left to deliver")
         else:
-            track._attach(delivery)
+            track.attach(delivery)
 
     def _on_subscribe_updated(self, event: ev.SubscribeUpdated) -> None:
         delivery = self._deliveries.get(event.message.subscription_request_id)
