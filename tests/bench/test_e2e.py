@@ -3,17 +3,12 @@ its JSON and its plot."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.bench.bench_run import run_bench
 from tests.bench.test_plots import assert_png
-from tests.test_demo import processes_with_marker
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -22,23 +17,14 @@ LOADS = {"int8", "ac", "adaptive"}
 
 
 def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
-    marker = f"KVMOQ_E2E_TEST={uuid.uuid4().hex}"
-    key, value = marker.split("=")
     report_path, plot_path = tmp_path / "e2e.json", tmp_path / "e2e.png"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "sidecar.cli", "bench", "e2e"),
-            *("--tokens", str(TOKENS), "--limits", "none", "--repeat", "1"),
-            *("--json", str(report_path), "--plot", str(plot_path)),
-        ],
-        capture_output=True,
-        text=True,
+    run = run_bench(
+        "e2e",
+        report_path,
+        *("--tokens", str(TOKENS), "--limits", "none", "--repeat", "1", "--plot", str(plot_path)),
         timeout=900,
-        env={**os.environ, key: value},
-        check=False,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(report_path.read_text())
+    report, result = run.report, run.result
 
     assert report["tokens"] == TOKENS
     assert report["recompute_s"] > 0
@@ -60,4 +46,4 @@ def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
     assert report["links_skipped"] == "--limits none"
     assert "recompute" in result.stdout and "Goal:" in result.stdout
     assert_png(plot_path)
-    assert processes_with_marker(marker) == []
+    assert run.leftovers() == []

@@ -3,16 +3,11 @@ processes of decoders, verified loads, and the figures its goals are judged on."
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.test_demo import processes_with_marker
+from tests.bench.bench_run import run_bench
 
 TOKENS = 256
 EDGES = 2
@@ -21,23 +16,14 @@ DECODERS = (1, 4)
 
 @pytest.mark.slow
 def test_fanout_bench_reports_both_topologies_and_leaves_nothing_running(tmp_path: Path) -> None:
-    marker = f"KVMOQ_FANOUT_TEST={uuid.uuid4().hex}"
-    key, value = marker.split("=")
     report_path, plot_path = tmp_path / "fanout.json", tmp_path / "fanout.png"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "sidecar.cli", "bench", "fanout", "--tokens", str(TOKENS)),
-            *("--subscribers", ",".join(map(str, DECODERS)), "--edges", str(EDGES)),
-            *("--loaders", "2", "--json", str(report_path), "--plot", str(plot_path)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, key: value},
-        check=False,
+    run = run_bench(
+        "fanout",
+        report_path,
+        *("--tokens", str(TOKENS), "--subscribers", ",".join(map(str, DECODERS))),
+        *("--edges", str(EDGES), "--loaders", "2", "--plot", str(plot_path)),
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(report_path.read_text())
+    report, result = run.report, run.result
     assert plot_path.stat().st_size > 0
 
     rows = report["rows"]
@@ -66,4 +52,4 @@ def test_fanout_bench_reports_both_topologies_and_leaves_nothing_running(tmp_pat
     }
     assert report["goals_met"] is False
     assert "vs 1 relay" in result.stdout
-    assert processes_with_marker(marker) == []
+    assert run.leftovers() == []

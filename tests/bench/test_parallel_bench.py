@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.test_demo import processes_with_marker
+from tests.bench.bench_run import run_bench
 
 TOKENS = 512
 FP16_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 2
@@ -19,23 +14,14 @@ WAYS = [("single", 1), ("sessions", 2), ("processes", 2)]
 
 
 def test_parallel_bench_reports_every_way_and_leaves_nothing_running(tmp_path: Path) -> None:
-    marker = f"KVMOQ_PARALLEL_TEST={uuid.uuid4().hex}"
-    key, value = marker.split("=")
     report_path = tmp_path / "parallel.json"
-    result = subprocess.run(
-        [
-            *(sys.executable, "-m", "sidecar.cli", "bench", "parallel"),
-            *("--tokens", str(TOKENS), "--tracks", "int8,fp16", "--connections", "2"),
-            *("--repeat", "1", "--json", str(report_path)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, key: value},
-        check=False,
+    run = run_bench(
+        "parallel",
+        report_path,
+        *("--tokens", str(TOKENS), "--tracks", "int8,fp16", "--connections", "2"),
+        *("--repeat", "1"),
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(report_path.read_text())
+    report, result = run.report, run.result
 
     assert report["tokens"] == TOKENS and report["repeat"] == 1
     assert set(report["tracks"]) == {"int8", "fp16"}
@@ -53,4 +39,4 @@ def test_parallel_bench_reports_every_way_and_leaves_nothing_running(tmp_path: P
     assert int8 < 0.6 * fp16
     assert set(report["worker_start_s"]) == {"2"}
     assert "vs 1" in result.stdout
-    assert processes_with_marker(marker) == []
+    assert run.leftovers() == []

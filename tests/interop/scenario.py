@@ -66,3 +66,16 @@ def relay_chain(
     publisher.wait_ready()
     subscriber = start_peer(sub, "sub", url=relay_peer.url, **spec.params())
     return relay_peer, publisher, subscriber
+
+
+def discovery_chain(
+    start_peer: StartPeer, publish_url: str, subscribe_url: str, spec: TrackSpec
+) -> Peer:
+    """draft-14 discovery with aiomoqt on both ends: a subscriber that knows only the
+    namespace follows it (at ``subscribe_url``), then a publisher PUBLISHes its track (at
+    ``publish_url``). Returns the subscriber, still running."""
+    subscriber = start_peer("aiomoqt", "sub", url=subscribe_url, discover=True, **spec.params())
+    subscriber.wait_event("following", timeout=20)
+    publisher = start_peer("aiomoqt", "pub", url=publish_url, mode="publish", **spec.params())
+    publisher.wait_ready()
+    return subscriber

@@ -17,7 +17,7 @@ import pytest
 
 from tests.interop.conftest import StartPeer
 from tests.interop.harness import PROGRAMS, Program
-from tests.interop.scenario import TrackSpec, received, relay_chain
+from tests.interop.scenario import TrackSpec, discovery_chain, received, relay_chain
 
 _ADAPTER = (
     "import sys; from sidecar.cli import main; f = dict(zip(sys.argv[1::2], sys.argv[2::2])); "
@@ -69,10 +69,7 @@ def test_a_namespace_subscriber_is_offered_a_pushed_track(start_peer: StartPeer)
     spec = TrackSpec(namespace="kvtest/discover", timeout=15.0)
     relay = start_peer("kvmoq", "relay")
     relay.wait_ready()
-    subscriber = start_peer("aiomoqt", "sub", url=relay.url, discover=True, **spec.params())
-    subscriber.wait_event("following", timeout=20)
-    publisher = start_peer("aiomoqt", "pub", url=relay.url, mode="publish", **spec.params())
-    publisher.wait_ready()
+    subscriber = discovery_chain(start_peer, relay.url, relay.url, spec)
     subscriber.expect_success(timeout=spec.timeout + 10)
     assert received(subscriber) == spec.expected()
     assert subscriber.events("ready")[0]["track"] == spec.track  # learnt from the PUBLISH

@@ -16,7 +16,7 @@ from sidecar.moqt.tls import CertificatePaths
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer
 from tests.interop.harness import RelayPeer
-from tests.interop.scenario import TrackSpec, received
+from tests.interop.scenario import TrackSpec, discovery_chain, received
 from tests.moqt.test_relay_harness import ClusterRelay, cluster_relay, edge_flags
 
 PAIRS = [("aiomoqt", "moqrs"), ("moqrs", "aiomoqt")]
@@ -88,9 +88,6 @@ def test_a_track_pushed_on_one_edge_is_offered_to_a_follower_on_another(
     spec = TrackSpec(namespace="kvtest/cluster-discover", timeout=15.0)
     with ExitStack() as stack:
         a, b = edges(stack, certs, kvmoq_root.url, 2)
-        subscriber = start_peer("aiomoqt", "sub", url=b.url, discover=True, **spec.params())
-        subscriber.wait_event("following", timeout=20)
-        publisher = start_peer("aiomoqt", "pub", url=a.url, mode="publish", **spec.params())
-        publisher.wait_ready()
+        subscriber = discovery_chain(start_peer, a.url, b.url, spec)
         subscriber.expect_success(timeout=spec.timeout + 10)
         assert received(subscriber) == spec.expected()

@@ -121,6 +121,18 @@ def all_streams_ended(client: Client, request_id: int, last_group: int) -> bool:
     )
 
 
+def answer_fetch(publisher: Client, request_id: int) -> None:
+    """FETCH_OK, then groups 0 and 1 of 3 objects of 3000 bytes on the fetch stream, FIN."""
+    moqt = publisher.moqt
+    moqt.fetch_ok(request_id, Location(1, 2))
+    stream = moqt.open_fetch_stream(request_id)
+    for group in range(2):
+        for obj in range(3):
+            moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
+    moqt.end_stream(stream)
+    publisher.send()
+
+
 def expected(groups: int, objects: int, size: int) -> list[tuple[int, int, bytes]]:
     return [(g, o, payload(g, o, size)) for g in range(groups) for o in range(objects)]
 
@@ -243,14 +255,7 @@ def test_fetch_goes_upstream_once_then_comes_from_the_cache(
             first = decoder.moqt.fetch(target)
             decoder.send()
             request = (await publisher.next(FetchRequested)).message
-            moqt = publisher.moqt
-            moqt.fetch_ok(request.request_id, Location(1, 2))
-            stream = moqt.open_fetch_stream(request.request_id)
-            for group in range(2):
-                for obj in range(3):
-                    moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
-            moqt.end_stream(stream)
-            publisher.send()
+            answer_fetch(publisher, request.request_id)
             await decoder.next(DataStreamEnded, lambda e: e.request_id == first)
             assert received(decoder, first) == expected(2, 3, 3000)
 
@@ -284,14 +289,7 @@ def test_fetches_of_one_range_in_flight_go_upstream_once(
             first.send()
             await asyncio.sleep(0.2)
             request = (await publisher.next(FetchRequested)).message
-            moqt = publisher.moqt
-            moqt.fetch_ok(request.request_id, Location(1, 2))
-            stream = moqt.open_fetch_stream(request.request_id)
-            for group in range(2):
-                for obj in range(3):
-                    moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
-            moqt.end_stream(stream)
-            publisher.send()
+            answer_fetch(publisher, request.request_id)
             for decoder, request_id in ((second, ids[1]), (third, ids[2])):
                 await decoder.next(DataStreamEnded, lambda e, r=request_id: e.request_id == r)
                 assert received(decoder, request_id) == expected(2, 3, 3000)

@@ -281,6 +281,33 @@ class PagedKV:
         return torch.stack(rows, dim=1)
 
 
+def publish_whole(
+    sidecar: SidecarProcess,
+    model: str,
+    layout: KVLayout,
+    kv: torch.Tensor,
+    prompt: Sequence[int],
+    directory: Path,
+    tracks: Sequence[str],
+    default_track: str = "",
+) -> pb.PublishResponse:
+    """What a prefill server does: ``kv`` into a contiguous buffer in ``directory``
+    (registered), then Publish of every token of ``prompt`` from it."""
+    source = ContiguousKV(layout, max_tokens=len(prompt), directory=directory)
+    source.put(0, kv)
+    set_id = sidecar.stub.RegisterBuffers(source.request(model)).buffer_set_id
+    every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+    return sidecar.stub.Publish(
+        pb.PublishRequest(
+            buffer_set_id=set_id,
+            token_ids=prompt,
+            source=every_token,
+            tracks=tracks,
+            default_track=default_track,
+        )
+    )
+
+
 def synthetic_kv(layout: KVLayout, tokens: int, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(layout.shape(tokens), generator=generator).to(layout.torch_dtype)

@@ -9,21 +9,18 @@ import pytest
 import torch
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
-from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay_harness import cluster_relay, edge_flags
 from tests.service.sidecar_proc import (
     ContiguousKV,
     load,
+    publish_whole,
     running_sidecar,
     shm_directory,
     spans,
     synthetic_kv,
 )
-
-MODEL = "SmolLM2-135M"
-LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")
-CHUNK = 16
+from tests.service.test_sidecar_transfer import CHUNK, LAYOUT, MODEL
 
 
 @pytest.mark.slow
@@ -45,15 +42,8 @@ def test_a_prompt_published_on_one_edge_loads_through_the_others(cert: Certifica
         for sidecar in (prefill, *decoders):
             sidecar.wait_ready()
 
-        source = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
-        source.put(0, kv)
-        source_id = prefill.stub.RegisterBuffers(source.request(MODEL)).buffer_set_id
+        publish_whole(prefill, MODEL, LAYOUT, kv, prompt, shm, tracks=["fp16"])
         every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
-        prefill.stub.Publish(
-            pb.PublishRequest(
-                buffer_set_id=source_id, token_ids=prompt, source=every_token, tracks=["fp16"]
-            )
-        )
 
         for decoder in decoders:
             own = stack.enter_context(shm_directory())  # buffer files are named per layer

@@ -19,6 +19,7 @@ from tests.service.sidecar_proc import (
     ContiguousKV,
     PagedKV,
     load,
+    publish_whole,
     running_sidecar,
     shm_directory,
     spans,
@@ -117,25 +118,17 @@ def test_lookup_estimates_the_bytes_of_the_tracks_a_load_takes(
     flags = ("--chunk-size", str(CHUNK))
     with (
         shm_directory() as shm,
+        shm_directory() as own,  # buffer files are named per layer: one directory a buffer
         running_sidecar(relay.url, cert, *flags) as prefill,
         running_sidecar(relay.url, cert, *flags) as decode,
     ):
         prefill.wait_ready()
         decode.wait_ready()
-        source = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
-        source.put(0, kv)
-        source_id = prefill.stub.RegisterBuffers(source.request(MODEL)).buffer_set_id
-        every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
-        prefill.stub.Publish(
-            pb.PublishRequest(
-                buffer_set_id=source_id,
-                token_ids=prompt,
-                source=every_token,
-                tracks=["int8", "int4"],
-                default_track="int8",
-            )
+        publish_whole(
+            prefill, MODEL, LAYOUT, kv, prompt, shm, tracks=["int8", "int4"], default_track="int8"
         )
-        destination = ContiguousKV(LAYOUT, max_tokens=64, directory=shm)
+        every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+        destination = ContiguousKV(LAYOUT, max_tokens=64, directory=own)
         destination_id = decode.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
         found = decode.stub.Lookup(pb.LookupRequest(buffer_set_id=destination_id, token_ids=prompt))
         _, finished = load(
