@@ -161,8 +161,8 @@ def _bench(job: Job) -> int:
 
     from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.services import start_prefill, start_relay
-    from sidecar.moqt import transport
-    from sidecar.moqt.tls import write_certificate
+    from sidecar.moqt.aio import transport
+    from sidecar.moqt.aio.tls import write_certificate
 
     console = Console()
     if not console.is_terminal:
@@ -234,8 +234,8 @@ def _loopback_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 @contextlib.asynccontextmanager
 async def _subscriber(url: str, ca: Path) -> AsyncIterator[KVSubscriber]:
     """A decode node's session to the relay: a fresh QUIC connection each time."""
-    from sidecar.moqt import api
-    from sidecar.moqt.quic_backend import QuicSettings
+    from sidecar.moqt.aio import api
+    from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.transfer.subscriber import KVSubscriber
 
     async with api.connect(url, QuicSettings.loopback(ca_file=ca)) as session:

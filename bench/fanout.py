@@ -41,7 +41,7 @@ from bench.procstat import cpu_seconds
 
 if TYPE_CHECKING:
     from sidecar.demo.children import Children
-    from sidecar.moqt.tls import CertificatePaths
+    from sidecar.moqt.aio.tls import CertificatePaths
 
 DEFAULT_TOKENS = 4096
 DEFAULT_SUBSCRIBERS = "1,8,32"
@@ -57,7 +57,7 @@ GOAL_ROOT_CPU_SHARE = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
+    from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
 
     parser.add_argument(
         "--tokens",
@@ -132,8 +132,8 @@ def _job(args: argparse.Namespace) -> Job:
 
 def run(args: argparse.Namespace) -> int:
     from sidecar.demo.children import ChildFailed, Children
-    from sidecar.moqt import transport
-    from sidecar.moqt.tls import write_certificate
+    from sidecar.moqt.aio import transport
+    from sidecar.moqt.aio.tls import write_certificate
 
     job = _job(args)
     load_average = os.getloadavg()[0]
@@ -169,7 +169,7 @@ class Relay:
     http: str
 
     def snapshot(self) -> tuple[float, float]:
-        from sidecar.moqt.relay_metrics import scrape
+        from sidecar.moqt.relay.metrics import scrape
 
         return cpu_seconds(self.pid), scrape(self.http)["object_bytes_sent"]
 
@@ -185,8 +185,8 @@ def _start(children: Children, cert: CertificatePaths, role: str, *flags: str) -
 
 async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict[str, Any]:
     from sidecar.kvcache.layout import KVLayout
-    from sidecar.moqt import api
-    from sidecar.moqt.quic_backend import QuicSettings
+    from sidecar.moqt.aio import api
+    from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.transfer.publisher import KVPublisher
     from sidecar.transfer.subscriber import KVSubscriber
 
@@ -253,7 +253,7 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
 
 
 def _wait_connected(edge: Relay, timeout: float = 30.0) -> None:
-    from sidecar.moqt.relay_metrics import scrape
+    from sidecar.moqt.relay.metrics import scrape
 
     deadline = time.monotonic() + timeout
     while scrape(edge.http)["upstream_up"] != 1:

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from sidecar.moqt import api, transport
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.subscriber import KVSubscriber
 
 LOAD_DEADLINE_S = 300.0

@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
 
     from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.services import start_relay
-    from sidecar.moqt import transport
-    from sidecar.moqt.tls import write_certificate
+    from sidecar.moqt.aio import transport
+    from sidecar.moqt.aio.tls import write_certificate
     from sidecar.transfer.parallel import WorkerFailed
 
     tokens, tracks, connections = _job(args)
@@ -168,8 +168,8 @@ async def _measure(
     repeat: int,
 ) -> dict[str, Any]:
     from sidecar.kvcache.layout import KVLayout
-    from sidecar.moqt import api
-    from sidecar.moqt.quic_backend import QuicSettings
+    from sidecar.moqt.aio import api
+    from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.transfer.parallel import LoadWorkers, load_parallel, shared_destination
     from sidecar.transfer.publisher import KVPublisher
     from sidecar.transfer.subscriber import KVSubscriber

@@ -12,7 +12,7 @@ Baselines measured in the same run:
 
 MoQT rows: the publisher (this process) writes a track of 64 KiB objects, 16 per group (one
 subgroup stream per group, as a KV chunk would be), to a subscriber process, either directly
-or through a relay process (`sidecar.moqt.relay`, measured once that module exists).
+or through a relay process (`sidecar.moqt.relay.server`, measured once that module exists).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.address import free_udp_port
-from sidecar.moqt import api, transport
-from sidecar.moqt.model import FullTrackName
-from sidecar.moqt.quic_backend import (
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import (
     BACKENDS,
     INTERNET_DATAGRAM_SIZE,
     LOOPBACK_DATAGRAM_SIZE,
@@ -44,7 +43,8 @@ from sidecar.moqt.quic_backend import (
     QuicSettings,
     load_backend,
 )
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
+from sidecar.moqt.protocol.model import FullTrackName
 
 CHUNK = 64 * 1024
 OBJECTS_PER_GROUP = 16
@@ -311,16 +311,16 @@ async def _moqt_sender(job: Job, start_receiver: StartReceiver) -> Received:
 
 
 def relay_available() -> bool:
-    """The relay column is measured once `sidecar/moqt/relay.py` exists (hook for its owner)."""
-    return importlib.util.find_spec("sidecar.moqt.relay") is not None
+    """The relay column is measured once `sidecar/moqt/relay/server.py` exists (hook for its owner)."""
+    return importlib.util.find_spec("sidecar.moqt.relay.server") is not None
 
 
 async def _relay_process(job: Job, ready: Ready) -> Received:
     """Run kvmoq's relay until the harness kills this process."""
-    from sidecar.moqt import relay
+    from sidecar.moqt.relay.server import start_relay
 
     port = free_udp_port(HOST)
-    await relay.start_relay(HOST, port, job.settings, cert=job.cert.cert, key=job.cert.key)
+    await start_relay(HOST, port, job.settings, cert=job.cert.cert, key=job.cert.key)
     ready(port)
     await asyncio.Event().wait()  # never set: the harness kills this process
     raise AssertionError("unreachable")

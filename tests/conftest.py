@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 
 from sidecar.models import kv_store
 from sidecar.models.smollm2 import load_model
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 
 PROMPT_TOKENS = 4096

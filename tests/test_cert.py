@@ -12,8 +12,8 @@ import pytest
 from cryptography import x509
 
 from sidecar.address import free_udp_port
-from sidecar.moqt.quic_backend import BACKENDS, QuicSettings, load_backend
-from sidecar.moqt.tls import (
+from sidecar.moqt.aio.quic_backend import BACKENDS, QuicSettings, load_backend
+from sidecar.moqt.aio.tls import (
     CertificateError,
     CertificatePaths,
     generate_certificate,

@@ -22,7 +22,7 @@ from typing import IO, Any
 import pytest
 
 from sidecar.address import free_udp_port
-from sidecar.moqt.tls import write_certificate
+from sidecar.moqt.aio.tls import write_certificate
 
 
 def processes_with_marker(marker: str) -> list[int]:

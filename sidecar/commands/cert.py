@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.moqt.tls import CertificateError, write_certificate
+    from sidecar.moqt.aio.tls import CertificateError, write_certificate
 
     try:
         paths = write_certificate(args.out, args.host, days=args.days, overwrite=args.force)

@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
     from sidecar.demo.nodes import start_model_server, start_sidecar
     from sidecar.demo.services import start_relay
     from sidecar.demo.steps import Events, StepView
-    from sidecar.moqt.tls import write_certificate
+    from sidecar.moqt.aio.tls import write_certificate
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

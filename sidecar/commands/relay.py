@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sidecar.address import Address, parse_address
 
 if TYPE_CHECKING:
-    from sidecar.moqt.quic_backend import QuicSettings
+    from sidecar.moqt.aio.quic_backend import QuicSettings
 
 _EPILOG = """\
 Publishers send PUBLISH_NAMESPACE (or PUBLISH); SUBSCRIBE, FETCH and TRACK_STATUS go to the
@@ -57,7 +57,7 @@ def _address(text: str) -> Address:
 
 
 def _moqt_url(text: str) -> str:
-    from sidecar.moqt.transport import MoqtUrl
+    from sidecar.moqt.aio.transport import MoqtUrl
 
     try:
         MoqtUrl.parse(text)
@@ -147,8 +147,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.moqt.quic_backend import QuicSettings, QuicSettingsError
-    from sidecar.moqt.transport import run as run_loop
+    from sidecar.moqt.aio.quic_backend import QuicSettings, QuicSettingsError
+    from sidecar.moqt.aio.transport import run as run_loop
 
     if args.cert is not None and args.key is None:
         print("kvmoq relay: --cert needs --key")
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="kvmoq-relay-") as scratch:
         cert, key = args.cert, args.key
         if args.self_signed:
-            from sidecar.moqt.tls import write_certificate
+            from sidecar.moqt.aio.tls import write_certificate
 
             paths = write_certificate(Path(scratch))
             cert, key = paths.cert, paths.key
@@ -180,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, key: Path) -> None:
     from sidecar import log
-    from sidecar.moqt.relay import start_relay
-    from sidecar.moqt.relay_core import RelayLimits
+    from sidecar.moqt.relay.core import RelayLimits
+    from sidecar.moqt.relay.server import start_relay
 
     host, port = args.listen
     limits = RelayLimits(cache_bytes=args.cache_bytes, max_queued_bytes=args.max_queued_bytes)
@@ -203,7 +203,7 @@ async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, k
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     if args.http is not None:
-        from sidecar.moqt.relay_metrics import exposition
+        from sidecar.moqt.relay.metrics import exposition
         from sidecar.service.probes import ProbeState, serve_probes
 
         probes = await serve_probes(*args.http, ProbeState(lambda: None, exposition(server.relay)))

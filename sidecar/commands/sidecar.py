@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.moqt.transport import run as run_loop
+    from sidecar.moqt.aio.transport import run as run_loop
     from sidecar.service.config import ConfigError, resolve
     from sidecar.service.server import run_sidecar
     from sidecar.tensors import open_handle

@@ -16,7 +16,7 @@ from pathlib import Path
 from sidecar.demo.children import Child, ChildFailed, Children, python_module
 from sidecar.demo.services import HOST
 from sidecar.demo.steps import STARTED
-from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
+from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
 
 SIDECAR_TIMEOUT_S = 60.0
 MODEL_SERVER_TIMEOUT_S = 60.0

@@ -23,8 +23,8 @@ from sidecar.kvcache.codecs import CODEC_NAMES
 from sidecar.models.corpus import pydoc_token_ids
 from sidecar.models.kv import extract_kv, kv_layout
 from sidecar.models.smollm2 import load_model
-from sidecar.moqt import api, transport
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.publisher import KVPublisher
 
 MODEL_NAME = "SmolLM2-135M"

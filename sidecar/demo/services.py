@@ -14,8 +14,8 @@ from typing import Any
 
 from sidecar.address import free_udp_port
 from sidecar.demo.children import Children, python_module
-from sidecar.moqt.quic_backend import LOOPBACK_DATAGRAM_SIZE
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
+from sidecar.moqt.aio.tls import CertificatePaths
 
 HOST = "127.0.0.1"
 RELAY_TIMEOUT_S = 60.0

@@ -30,7 +30,7 @@ from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count, prompt_i
 from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.log import get_logger
-from sidecar.moqt.api import MoqtApiError
+from sidecar.moqt.aio.api import MoqtApiError
 from sidecar.service.buffers import BufferSet, Placement
 from sidecar.service.errors import (
     DeadlineExceeded,

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from sidecar.kvcache.prefix_index import PrefixIndex
 from sidecar.log import get_logger
-from sidecar.moqt import api
-from sidecar.moqt.api import MoqtApiError
-from sidecar.moqt.errors import UsageError
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.api import MoqtApiError
+from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.protocol.errors import UsageError
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber

@@ -30,7 +30,7 @@ from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 
 from sidecar.address import format_address
 from sidecar.log import get_logger
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.service.config import SidecarConfig
 from sidecar.service.kv_service import KVService, ServiceSettings
 from sidecar.service.messages import HandleOpener

@@ -25,8 +25,8 @@ from sidecar.kvcache.catalog import Catalog, CatalogError
 from sidecar.kvcache.naming import CATALOG_TRACK, NamingError, PromptName, namespace_prefix
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex
 from sidecar.log import get_logger
-from sidecar.moqt.api import Announcement, MoqtApiError, RequestRefused, Session, Subscription
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
+from sidecar.moqt.aio.api import Announcement, MoqtApiError, RequestRefused, Session, Subscription
+from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 
 log = get_logger(__name__)
 

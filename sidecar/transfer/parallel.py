@@ -41,8 +41,8 @@ import torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.naming import PromptName
-from sidecar.moqt import api, transport
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.tensors.handles import SharedMemoryHandle
 from sidecar.tensors.shm import DEFAULT_SHM_ROOTS, open_shared_memory
 from sidecar.transfer.adapt import QUALITY_ORDER

@@ -1,6 +1,6 @@
 """Publish prompts' KV caches over MoQT: chunk -> group, token -> object, one track per codec.
 
-`KVPublisher` is the process's `moqt.api.Publisher`: serve it on every session
+`KVPublisher` is the process's `moqt.aio.api.Publisher`: serve it on every session
 (`api.connect(url, settings, publisher=kv)` to a relay, or `api.serve(..., publisher=kv)`
 for direct subscribers) and add prompts with `kv.prompt(...)`. Each prompt's namespace is
 `("kvcache.moq.arpa/v1", model, prompt id)`; announce it with
@@ -39,8 +39,8 @@ from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_count, prompt_id
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
-from sidecar.moqt.api import PublishedTrack, Publisher
-from sidecar.moqt.model import FullTrackName, TrackObject
+from sidecar.moqt.aio.api import PublishedTrack, Publisher
+from sidecar.moqt.protocol.model import FullTrackName, TrackObject
 
 REVISION_INTERVAL = 0.1
 """Seconds between catalog revisions while chunks come faster (the complete one is always

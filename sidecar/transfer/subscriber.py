@@ -1,6 +1,6 @@
 """Find and load a prompt's KV cache over MoQT: prefix lookup, per-chunk track choice, checks.
 
-`KVSubscriber` wraps one `moqt.api.Session` (to a relay, or straight to a publisher):
+`KVSubscriber` wraps one `moqt.aio.api.Session` (to a relay, or straight to a publisher):
 
 * `lookup(model, token_ids)` says how many leading tokens some published prompt holds,
   without moving any KV. The prefix index (links of every catalog seen) names prompts that
@@ -41,8 +41,8 @@ from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
 from sidecar.kvcache.naming import PromptName, chunk_links
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
 from sidecar.log import get_logger
-from sidecar.moqt.api import FetchStream, MoqtApiError, RequestRefused, Session
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
+from sidecar.moqt.aio.api import FetchStream, MoqtApiError, RequestRefused, Session
+from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
 from sidecar.transfer.catalog_feed import MAX_ANNOUNCED, CatalogFeed, CatalogFeeds, PublishedPrompts
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import SidecarProcess, running_sidecar, shm_directory
 

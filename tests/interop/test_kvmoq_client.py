@@ -1,4 +1,4 @@
-"""kvmoq's client API (`sidecar.moqt.api`) through independent relays (moq-rs, aiomoqt).
+"""kvmoq's client API (`sidecar.moqt.aio.api`) through independent relays (moq-rs, aiomoqt).
 
 Our client runs in this process; the relay and the peer on the other side are the
 independent implementations, run by the interop harness. Objects carry the shared pattern
@@ -11,9 +11,9 @@ import asyncio
 
 import pytest
 
-from sidecar.moqt import api, transport
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer
 from tests.interop.peers.pattern import object_payload, object_record, object_size

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer
 from tests.interop.harness import RelayPeer

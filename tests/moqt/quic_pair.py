@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sidecar.moqt.events import MoqtEvent
-from sidecar.moqt.session import MoqtSession, SessionLimits
+from sidecar.moqt.protocol.events import MoqtEvent
+from sidecar.moqt.protocol.session import MoqtSession, SessionLimits
 
 CLIENT_ADDR = ("127.0.0.1", 40000)
 SERVER_ADDR = ("127.0.0.1", 4443)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from sidecar.moqt import messages as m
-from sidecar.moqt.data import (
+from sidecar.moqt.protocol import messages as m
+from sidecar.moqt.protocol.data import (
     FetchObject,
     ObjectBody,
     ObjectDatagram,
@@ -13,8 +13,8 @@ from sidecar.moqt.data import (
     SubgroupIdMode,
     SubgroupObject,
 )
-from sidecar.moqt.model import FullTrackName, GroupOrder, Location, ObjectStatus
-from sidecar.moqt.wire import MAX_VARINT, encode_kvps
+from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location, ObjectStatus
+from sidecar.moqt.protocol.wire import MAX_VARINT, encode_kvps
 
 varints = st.one_of(
     st.integers(0, 63),

@@ -11,11 +11,16 @@ from contextlib import asynccontextmanager
 import pytest
 
 from sidecar.address import free_udp_port
-from sidecar.moqt import api, transport
-from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode, UsageError
-from sidecar.moqt.model import FullTrackName, Location
-from sidecar.moqt.quic_backend import BACKENDS, QuicSettings
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import BACKENDS, QuicSettings
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.errors import (
+    FetchErrorCode,
+    PublishDoneStatus,
+    SubscribeErrorCode,
+    UsageError,
+)
+from sidecar.moqt.protocol.model import FullTrackName, Location
 
 HOST = "127.0.0.1"
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2-135m", b"0123abcd")

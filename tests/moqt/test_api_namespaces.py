@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from sidecar.moqt import api
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_api import run
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
 
@@ -62,7 +62,7 @@ def test_a_refused_namespace_subscription_raises_and_leaves_the_others(
             api.connect(relay.url, settings_for(cert)) as publisher,
             api.connect(relay.url, settings_for(cert)) as follower,
         ):
-            # The relay lets one peer follow 64 prefixes (relay_core.RelayLimits).
+            # The relay lets one peer follow 64 prefixes (relay.core.RelayLimits).
             followed = [await follower.subscribe_namespace((*PREFIX, b"%d" % i)) for i in range(64)]
             with pytest.raises(api.RequestRefused, match="64 prefixes"):
                 await follower.subscribe_namespace(PREFIX)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.moqt.data import (
+from sidecar.moqt.protocol.data import (
     DataStreamParser,
     FetchHeader,
     FetchObject,
@@ -21,9 +21,9 @@ from sidecar.moqt.data import (
     decode_datagram,
     is_subgroup_type,
 )
-from sidecar.moqt.errors import DecodeError, MoqtError, ObjectTooLarge, SessionErrorCode
-from sidecar.moqt.model import ObjectStatus
-from sidecar.moqt.wire import decode_kvps, encode_varint
+from sidecar.moqt.protocol.errors import DecodeError, MoqtError, ObjectTooLarge, SessionErrorCode
+from sidecar.moqt.protocol.model import ObjectStatus
+from sidecar.moqt.protocol.wire import decode_kvps, encode_varint
 
 from .strategies import datagrams, fetch_objects, subgroup_streams, varints
 

@@ -8,10 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.moqt import messages as m
-from sidecar.moqt.errors import DecodeError, MoqtError, NeedMoreData
-from sidecar.moqt.model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
-from sidecar.moqt.wire import encode_varint
+from sidecar.moqt.protocol import messages as m
+from sidecar.moqt.protocol.errors import DecodeError, MoqtError, NeedMoreData
+from sidecar.moqt.protocol.model import (
+    FullTrackName,
+    GroupOrder,
+    Location,
+    ObjectStatus,
+    TrackObject,
+)
+from sidecar.moqt.protocol.wire import encode_varint
 
 from .strategies import MESSAGE_STRATEGIES, messages
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus, TrackCache, TrackObject
+from sidecar.moqt.protocol.model import (
+    FullTrackName,
+    Location,
+    ObjectStatus,
+    TrackCache,
+    TrackObject,
+)
 
 
 def _obj(object_id: int, size: int, status: ObjectStatus = ObjectStatus.NORMAL) -> TrackObject:

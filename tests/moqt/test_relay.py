@@ -12,10 +12,12 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 
-from sidecar.moqt import transport
-from sidecar.moqt.data import FetchHeader, FetchObject, ObjectBody
-from sidecar.moqt.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode
-from sidecar.moqt.events import (
+from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.quic_backend import QuicSettings, load_backend
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.data import FetchHeader, FetchObject, ObjectBody
+from sidecar.moqt.protocol.errors import FetchErrorCode, PublishDoneStatus, SubscribeErrorCode
+from sidecar.moqt.protocol.events import (
     DataStreamEnded,
     DataStreamReset,
     FetchCancelled,
@@ -30,10 +32,8 @@ from sidecar.moqt.events import (
     SubscriptionEnded,
     TrackStatusRequested,
 )
-from sidecar.moqt.messages import FilterType, StandaloneFetch, SubscriptionFilter
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
-from sidecar.moqt.quic_backend import QuicSettings, load_backend
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.protocol.messages import FilterType, StandaloneFetch, SubscriptionFilter
+from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from tests.moqt.test_relay_harness import (
     REPO,
     Client,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.moqt.model import FullTrackName, Location, TrackObject
-from sidecar.moqt.relay_cache import OBJECT_OVERHEAD, RelayCache
+from sidecar.moqt.protocol.model import FullTrackName, Location, TrackObject
+from sidecar.moqt.relay.cache import OBJECT_OVERHEAD, RelayCache
 
 A = FullTrackName((b"ns",), b"a")
 B = FullTrackName((b"ns",), b"b")

@@ -14,14 +14,14 @@ import signal
 from contextlib import ExitStack
 
 from sidecar.address import free_udp_port
-from sidecar.moqt.errors import PublishDoneStatus
-from sidecar.moqt.events import (
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.errors import PublishDoneStatus
+from sidecar.moqt.protocol.events import (
     NamespacePublished,
     RequestAccepted,
     SubscribeRequested,
     SubscriptionEnded,
 )
-from sidecar.moqt.tls import CertificatePaths
 from tests.moqt.test_relay import (
     FROM_START,
     NAMESPACE,

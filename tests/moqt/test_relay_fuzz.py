@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.moqt import transport
-from sidecar.moqt.data import FetchHeader
-from sidecar.moqt.errors import SessionErrorCode
-from sidecar.moqt.events import DataStreamEnded, RequestAccepted, SubscribeRequested
-from sidecar.moqt.messages import DRAFT_14, ClientSetup, SetupParameters, StandaloneFetch
-from sidecar.moqt.model import Location
-from sidecar.moqt.tls import CertificatePaths
-from sidecar.moqt.wire import Reader, encode_varint
+from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.data import FetchHeader
+from sidecar.moqt.protocol.errors import SessionErrorCode
+from sidecar.moqt.protocol.events import DataStreamEnded, RequestAccepted, SubscribeRequested
+from sidecar.moqt.protocol.messages import DRAFT_14, ClientSetup, SetupParameters, StandaloneFetch
+from sidecar.moqt.protocol.model import Location
+from sidecar.moqt.protocol.wire import Reader, encode_varint
 from tests.moqt import strategies
 from tests.moqt.test_relay import FROM_START, NAMESPACE, TRACK, expected, received
 from tests.moqt.test_relay_harness import (

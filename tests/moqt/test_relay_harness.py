@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sidecar.address import free_tcp_port, free_udp_port
-from sidecar.moqt import transport
-from sidecar.moqt.events import (
+from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.events import (
     DataStreamEnded,
     MoqtEvent,
     ObjectReceived,
@@ -31,11 +33,9 @@ from sidecar.moqt.events import (
     SubscribeRequested,
     SubscriptionEnded,
 )
-from sidecar.moqt.model import FullTrackName
-from sidecar.moqt.quic_backend import QuicSettings
-from sidecar.moqt.relay_metrics import scrape
-from sidecar.moqt.session import MoqtSession
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.protocol.model import FullTrackName
+from sidecar.moqt.protocol.session import MoqtSession
+from sidecar.moqt.relay.metrics import scrape
 
 HOST = "127.0.0.1"
 WAIT_S = 30.0  # only bounds a hang: the machine may be busy

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.moqt.model import has_prefix
-from sidecar.moqt.relay_routing import NamespaceTable, RoutingLimitExceeded
+from sidecar.moqt.protocol.model import has_prefix
+from sidecar.moqt.relay.routing import NamespaceTable, RoutingLimitExceeded
 
 
 def test_the_longest_published_prefix_wins() -> None:

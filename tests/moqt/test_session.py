@@ -6,10 +6,16 @@ from typing import TypeVar
 
 import pytest
 
-from sidecar.moqt import events as ev
-from sidecar.moqt import messages as m
-from sidecar.moqt.data import FetchHeader, FetchObject, ObjectBody, SubgroupHeader, SubgroupObject
-from sidecar.moqt.errors import (
+from sidecar.moqt.protocol import events as ev
+from sidecar.moqt.protocol import messages as m
+from sidecar.moqt.protocol.data import (
+    FetchHeader,
+    FetchObject,
+    ObjectBody,
+    SubgroupHeader,
+    SubgroupObject,
+)
+from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
     PublishDoneStatus,
     RequestLimitReached,
@@ -17,9 +23,9 @@ from sidecar.moqt.errors import (
     SubscribeErrorCode,
     UsageError,
 )
-from sidecar.moqt.model import FullTrackName, GroupOrder, Location, ObjectStatus
-from sidecar.moqt.session import MoqtSession, SessionLimits
-from sidecar.moqt.wire import encode_varint
+from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location, ObjectStatus
+from sidecar.moqt.protocol.session import MoqtSession, SessionLimits
+from sidecar.moqt.protocol.wire import encode_varint
 
 from .quic_pair import STACKS, SessionPair
 

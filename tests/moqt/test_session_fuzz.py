@@ -8,10 +8,10 @@ import dataclasses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.moqt import events as ev
-from sidecar.moqt import messages as m
-from sidecar.moqt.errors import SessionErrorCode
-from sidecar.moqt.model import FullTrackName, Location
+from sidecar.moqt.protocol import events as ev
+from sidecar.moqt.protocol import messages as m
+from sidecar.moqt.protocol.errors import SessionErrorCode
+from sidecar.moqt.protocol.model import FullTrackName, Location
 
 from .quic_pair import SessionPair
 from .strategies import messages

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from sidecar.moqt import events as ev
-from sidecar.moqt.events import MoqtEvent
-from sidecar.moqt.messages import StandaloneFetch
-from sidecar.moqt.model import FullTrackName, Location, ObjectStatus
+from sidecar.moqt.protocol import events as ev
+from sidecar.moqt.protocol.events import MoqtEvent
+from sidecar.moqt.protocol.messages import StandaloneFetch
+from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (fixtures)
 from tests.interop.harness import RelayPeer

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 
 from sidecar.address import free_udp_port
-from sidecar.moqt import transport
-from sidecar.moqt.errors import SessionErrorCode
-from sidecar.moqt.events import MoqtEvent, SessionClosed
-from sidecar.moqt.quic_backend import (
+from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.quic_backend import (
     BACKENDS,
     MiB,
     QuicSettings,
     QuicSettingsError,
     load_backend,
 )
-from sidecar.moqt.tls import CertificatePaths, write_certificate
+from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
+from sidecar.moqt.protocol.errors import SessionErrorCode
+from sidecar.moqt.protocol.events import MoqtEvent, SessionClosed
 
 HOST = "127.0.0.1"
 

@@ -1,13 +1,18 @@
-"""draft-14's window rules (sidecar/moqt/windows.py), case by case, as the draft states them
+"""draft-14's window rules (sidecar/moqt/protocol/windows.py), case by case, as the draft states them
 (docs: ../shared/reference/moqt-draft14.md, "Filter types")."""
 
 from __future__ import annotations
 
 import pytest
 
-from sidecar.moqt.messages import FilterType, JoiningFetch, StandaloneFetch, SubscriptionFilter
-from sidecar.moqt.model import FullTrackName, Location
-from sidecar.moqt.windows import (
+from sidecar.moqt.protocol.messages import (
+    FilterType,
+    JoiningFetch,
+    StandaloneFetch,
+    SubscriptionFilter,
+)
+from sidecar.moqt.protocol.model import FullTrackName, Location
+from sidecar.moqt.protocol.windows import (
     WHOLE_GROUP,
     end_object,
     joining_range,

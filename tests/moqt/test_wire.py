@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.moqt.errors import DecodeError, NeedMoreData, SessionErrorCode
-from sidecar.moqt.model import Location
-from sidecar.moqt.wire import (
+from sidecar.moqt.protocol.errors import DecodeError, NeedMoreData, SessionErrorCode
+from sidecar.moqt.protocol.model import Location
+from sidecar.moqt.protocol.wire import (
     MAX_VARINT,
     Reader,
     decode_kvps,

@@ -15,8 +15,8 @@ from pathlib import Path
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 
-from sidecar.moqt.events import MoqtEvent
-from sidecar.moqt.session import MoqtSession
+from sidecar.moqt.protocol.events import MoqtEvent
+from sidecar.moqt.protocol.session import MoqtSession
 
 
 class UdpClient:

@@ -31,7 +31,7 @@ from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 
 from sidecar.demo.nodes import http_get
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import REPO
 
 WAIT_S = 30.0

@@ -19,7 +19,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
     ContiguousKV,

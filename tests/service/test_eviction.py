@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.service.sidecar_proc import ContiguousKV, running_sidecar, shm_directory, synthetic_kv
 

@@ -17,7 +17,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.address import free_udp_port
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
     PagedKV,

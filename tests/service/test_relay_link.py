@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from sidecar.address import free_udp_port
-from sidecar.moqt import transport
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.service.relay_link import Backoff, RelayLink
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher

@@ -9,7 +9,7 @@ import pytest
 import torch
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import cluster_relay, edge_flags
 from tests.service.sidecar_proc import (
     ContiguousKV,

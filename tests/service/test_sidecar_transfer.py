@@ -12,7 +12,7 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv_store import PromptKV
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.service.sidecar_proc import (

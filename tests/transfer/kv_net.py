@@ -3,7 +3,7 @@
 Shared by the transfer tests (no tests here). The relay is `python -m sidecar.cli relay`,
 started as an operator would (tests/moqt/test_relay_harness.py), from the `cert` and `relay`
 fixtures of tests/conftest.py; publishers and subscribers
-are `KVPublisher`/`KVSubscriber` on `moqt.api` sessions over 127.0.0.1.
+are `KVPublisher`/`KVSubscriber` on `moqt.aio.api` sessions over 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import safetensors.torch
 import torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
-from sidecar.moqt import api, transport
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher, PayloadHook, PublishedPrompt
 from sidecar.transfer.subscriber import KVSubscriber
 from tests.moqt.test_relay_harness import REPO, settings_for

@@ -17,8 +17,8 @@ from pathlib import Path
 import safetensors.torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
-from sidecar.moqt import api, transport
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.publisher import KVPublisher
 from tests.transfer.kv_net import layout_of
 

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel
 from sidecar.kvcache.codecs import get_codec
 from sidecar.models import kv_store
 from sidecar.models.kv import forward_with_kv, kv_layout
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, layout_of, network, publisher_process, run

@@ -16,8 +16,8 @@ import torch
 
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt import api
-from sidecar.moqt.quic_backend import QuicSettings
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.catalog_feed import CatalogFeed
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason

@@ -9,10 +9,10 @@ import torch
 from sidecar.address import free_udp_port
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt import api
-from sidecar.moqt.model import FullTrackName, Location
-from sidecar.moqt.quic_backend import QuicSettings
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason

@@ -11,8 +11,8 @@ import torch
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import PromptName
-from sidecar.moqt import api
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher, PublishedPrompt
 from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
@@ -205,7 +205,7 @@ def test_a_relay_that_refuses_the_namespace_subscription_leaves_lookups_to_probe
     relay: RelayProcess,
     cert: CertificatePaths,
 ) -> None:
-    """Our relay lets one peer follow 64 prefixes (relay_core.RelayLimits): a decoder session
+    """Our relay lets one peer follow 64 prefixes (relay.core.RelayLimits): a decoder session
     that follows as many already gets its SUBSCRIBE_NAMESPACE refused. Lookups go on, from
     the query's links, and nothing is tracked."""
     long = list(range(8000, 8000 + 3 * CHUNK))

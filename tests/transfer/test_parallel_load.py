@@ -8,7 +8,7 @@ import torch
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import PromptName
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.parallel import (
     LoadWorkers,

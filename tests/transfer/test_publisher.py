@@ -16,10 +16,10 @@ from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import UnknownCodecError
 from sidecar.kvcache.layout import KVLayout
-from sidecar.moqt import api
-from sidecar.moqt.messages import StandaloneFetch
-from sidecar.moqt.model import FullTrackName, Location
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.messages import StandaloneFetch
+from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.transfer.publisher import KVPublisher, PublishedPrompt, PublishError
 from tests.moqt.test_relay_harness import settings_for
 from tests.transfer.kv_net import MODEL, run, synthetic_kv

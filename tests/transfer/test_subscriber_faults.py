@@ -12,8 +12,8 @@ from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import PromptName, prompt_id
-from sidecar.moqt import api
-from sidecar.moqt.tls import CertificatePaths
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, network, run, synthetic_kv

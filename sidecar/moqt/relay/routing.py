@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from .model import has_prefix
+from ..protocol.model import has_prefix
 
 Namespace = tuple[bytes, ...]
 P = TypeVar("P", bound=Hashable)

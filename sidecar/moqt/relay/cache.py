@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from .model import FullTrackName, Group, Location, TrackCache, TrackObject
+from ..protocol.model import FullTrackName, Group, Location, TrackCache, TrackObject
 
 OBJECT_OVERHEAD = 128
 MAX_EVICTION_RECORDS = 100_000

@@ -1,6 +1,6 @@
 """Where subscriptions and fetches start and end: draft-14's rules as pure functions.
 
-Both serving paths (a relay's, `relay_core`, and a local publisher's, `api`) answer SUBSCRIBE
+Both serving paths (a relay's, `relay.core`, and a local publisher's, `aio.api`) answer SUBSCRIBE
 and FETCH with these, so they cannot disagree on a window (they did: on the "whole group"
 end, and on a joining FETCH whose subscription starts at object 0). Locations are
 inclusive on both ends here; FETCH_OK's exclusive End is `messages.fetch_end`.

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any, ClassVar, Protocol
 
-from . import events as ev
-from .errors import (
+from ..protocol import events as ev
+from ..protocol.errors import (
     FetchErrorCode,
     PublishDoneStatus,
     PublishErrorCode,
@@ -40,7 +40,7 @@ from .errors import (
     SubscribeNamespaceErrorCode,
     UsageError,
 )
-from .messages import (
+from ..protocol.messages import (
     FetchOk,
     FilterType,
     JoiningFetch,
@@ -52,10 +52,25 @@ from .messages import (
     TrackStatusOk,
     fetch_end,
 )
-from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject, has_prefix
-from .quirks import PeerQuirks
-from .relay_cache import RelayCache
-from .relay_outbox import (
+from ..protocol.model import (
+    FullTrackName,
+    GroupOrder,
+    Location,
+    ObjectStatus,
+    TrackObject,
+    has_prefix,
+)
+from ..protocol.quirks import PeerQuirks
+from ..protocol.session import MoqtSession
+from ..protocol.windows import (
+    end_object,
+    joining_range,
+    standalone_range,
+    subscription_window,
+    whole_groups,
+)
+from .cache import RelayCache
+from .outbox import (
     Done,
     EndStream,
     FetchEnd,
@@ -66,9 +81,7 @@ from .relay_outbox import (
     Replay,
     Send,
 )
-from .relay_routing import Namespace, NamespaceTable, RoutingLimitExceeded
-from .session import MoqtSession
-from .windows import end_object, joining_range, standalone_range, subscription_window, whole_groups
+from .routing import Namespace, NamespaceTable, RoutingLimitExceeded
 
 logger = logging.getLogger(__name__)
 

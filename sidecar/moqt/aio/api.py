@@ -28,16 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from sidecar.moqt import events as ev
-from sidecar.moqt import transport
-from sidecar.moqt.errors import (
+from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.quic_backend import MiB, QuicSettings
+from sidecar.moqt.protocol import events as ev
+from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
     PublishDoneStatus,
     PublishErrorCode,
     SubscribeErrorCode,
     UsageError,
 )
-from sidecar.moqt.messages import (
+from sidecar.moqt.protocol.messages import (
     UNKNOWN_STREAM_COUNT,
     Fetch,
     FilterType,
@@ -47,7 +48,7 @@ from sidecar.moqt.messages import (
     SubscriptionFilter,
     fetch_end,
 )
-from sidecar.moqt.model import (
+from sidecar.moqt.protocol.model import (
     FullTrackName,
     Location,
     ObjectStatus,
@@ -55,9 +56,8 @@ from sidecar.moqt.model import (
     TrackObject,
     has_prefix,
 )
-from sidecar.moqt.quic_backend import MiB, QuicSettings
-from sidecar.moqt.quirks import PeerQuirks
-from sidecar.moqt.windows import joining_range, standalone_range, subscription_window
+from sidecar.moqt.protocol.quirks import PeerQuirks
+from sidecar.moqt.protocol.windows import joining_range, standalone_range, subscription_window
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

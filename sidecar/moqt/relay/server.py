@@ -1,12 +1,12 @@
-"""kvmoq's MoQT relay on asyncio: the thin adapter between ``transport`` and ``relay_core``.
+"""kvmoq's MoQT relay on asyncio: the thin adapter between ``transport`` and ``core``.
 
-All protocol decisions live in ``relay_core.Relay`` (sans-I/O); this module gives it one
+All protocol decisions live in ``core.Relay`` (sans-I/O); this module gives it one
 ``PeerLink`` per accepted session (backlog, transmit, drain wake-up) and owns the server.
 
 Start it in-process (benchmarks, tests that need no separate process)::
 
-    from sidecar.moqt.quic_backend import QuicSettings
-    from sidecar.moqt.relay import start_relay
+    from sidecar.moqt.aio.quic_backend import QuicSettings
+    from sidecar.moqt.relay.server import start_relay
 
     server = await start_relay(
         "127.0.0.1", 4443, QuicSettings.loopback(), cert=cert_pem, key=key_pem
@@ -22,7 +22,7 @@ which prints ``listening on moqt://127.0.0.1:4443`` on stdout once it accepts se
 on SIGTERM, sends GOAWAY, gives sessions ``--grace`` seconds to leave, then closes.
 
 An edge relay (``upstream=`` here, ``--upstream`` on the command line) also keeps one session
-to the relay above it, reconnecting with backoff whenever it is lost; ``relay_core`` decides
+to the relay above it, reconnecting with backoff whenever it is lost; ``core`` decides
 what goes up and down that session.
 
 Datagram size: 16384-byte packets (``QuicSettings.loopback()``) only where every peer takes
@@ -41,10 +41,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import transport
-from .events import MoqtEvent
-from .quic_backend import QuicSettings, load_backend
-from .relay_core import Peer, Relay, RelayLimits
+from ..aio import transport
+from ..aio.quic_backend import QuicSettings, load_backend
+from ..protocol.events import MoqtEvent
+from .core import Peer, Relay, RelayLimits
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ RECONNECT_MAX_S = 10.0
 
 
 class _ConnectionLink:
-    """A relay peer's connection as ``relay_core`` sees it."""
+    """A relay peer's connection as ``core`` sees it."""
 
     def __init__(
         self, connection: transport.MoqtConnection, settings: QuicSettings, relay: Relay

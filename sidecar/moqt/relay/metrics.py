@@ -1,6 +1,6 @@
 """The relay's Prometheus series, read from the protocol core when scraped.
 
-``relay_core`` counts in plain integers (``RelayCounters``) so the hot path pays an addition
+``core`` counts in plain integers (``RelayCounters``) so the hot path pays an addition
 and nothing else; this collector turns them, and the sizes of what the relay holds, into
 series on a registry of the relay's own, served by ``kvmoq relay --http``.
 """
@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from .relay_core import Relay
+from .core import Relay
 
 
 class RelayCollector(Collector):

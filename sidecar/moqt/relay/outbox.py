@@ -1,5 +1,5 @@
 """What the relay has to write to one peer, in order: small items that refer to cached
-payloads (no copies), and the object bytes they hold (see ``relay_core``'s docstring for
+payloads (no copies), and the object bytes they hold (see ``core``'s docstring for
 why the relay queues per peer and how it bounds the queue)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .model import TrackObject
+from ..protocol.model import TrackObject
 
 if TYPE_CHECKING:
-    from .relay_core import Downstream, DownstreamFetch
+    from .core import Downstream, DownstreamFetch
 
 
 @dataclass(eq=False, slots=True)

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from sidecar.moqt.errors import SessionErrorCode
-from sidecar.moqt.events import GoawayReceived, MoqtEvent, SessionClosed, SetupCompleted
-from sidecar.moqt.quic_backend import QuicBackend, QuicSettings, load_backend, tune_socket
-from sidecar.moqt.session import MoqtSession
+from sidecar.moqt.aio.quic_backend import QuicBackend, QuicSettings, load_backend, tune_socket
+from sidecar.moqt.protocol.errors import SessionErrorCode
+from sidecar.moqt.protocol.events import GoawayReceived, MoqtEvent, SessionClosed, SetupCompleted
+from sidecar.moqt.protocol.session import MoqtSession
 
 _T = TypeVar("_T")
 
@@ -183,7 +183,7 @@ def _protocol_class(backend: QuicBackend) -> type:
     return type(
         f"{backend.name.capitalize()}Endpoint",
         (_EndpointMixin, backend.QuicConnectionProtocol),
-        {"__doc__": f"A tuned {backend.name} connection (see sidecar.moqt.transport)."},
+        {"__doc__": f"A tuned {backend.name} connection (see sidecar.moqt.aio.transport)."},
     )
 
 
