@@ -886,6 +886,7 @@ class Session:
                     obj.subgroup_id,
                     obj.object_id,
                     obj.payload,
+                    publisher_priority=obj.publisher_priority,
                     status=obj.status,
                     extensions=obj.extensions,
                 )
