@@ -17,6 +17,14 @@ Replays of cached groups (such catch-ups, late SUBSCRIBEs with an absolute start
 one queued item that reads the cache a group at a time, so a subscriber that loads a
 thousand past groups holds no more than one group in flight, and takes nothing from the live
 path until it has caught up with the live edge.
+
+Why one upstream request per track or range: the relay is a point of fan-out, and in a
+cluster (an edge's ``upstream`` is the relay above it) every request an edge sends up costs
+the root. A track has at most one upstream subscription whatever the number of subscribers,
+and a FETCH of a range already in flight upstream waits for that one and is served from
+the cache it fills. An edge is otherwise an ordinary peer of its upstream: it announces,
+follows prefixes and PUBLISHes pushed tracks there as any publisher or subscriber would, so
+the root can be any draft-14 relay.
 """
 
 from __future__ import annotations
