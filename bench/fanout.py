@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.fanout_loader import load_digest, token_ids
-from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, _synthetic_kv
+from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, synthetic_kv
 from bench.procstat import cpu_seconds
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
         ]
         for edge in edges:
             await asyncio.to_thread(_wait_connected, edge)
-        kv = _synthetic_kv(layout, job.tokens)
+        kv = synthetic_kv(layout, job.tokens)
         reference: dict[str, Any] | None = None
         rows = []
         for number, n in enumerate(job.subscribers):

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _synthetic_kv(layout: KVLayout, tokens: int) -> torch.Tensor:
+def synthetic_kv(layout: KVLayout, tokens: int) -> torch.Tensor:
     """Seeded random KV with per-channel scales (the spread of real keys and values)."""
     import torch
 
@@ -186,7 +186,7 @@ async def _measure(
         session = await stack.enter_async_context(api.connect(url, settings, publisher=publisher))
         prompt = publisher.prompt(MODEL, layout, token_ids, tracks=tracks, default_track=tracks[0])
         await session.publish_namespace(prompt.namespace)
-        await prompt.publish(_synthetic_kv(layout, tokens))
+        await prompt.publish(synthetic_kv(layout, tokens))
         handle, destination = stack.enter_context(shared_destination(layout, tokens))
 
         single = await subscriber()
