@@ -28,8 +28,9 @@ namespaces published through it, follows upstream the prefixes its sessions foll
 the root for any track that no publisher here has, once per track whatever the number of
 subscribers here; it caches what passes as any relay does. The root is a plain relay (kvmoq
 or any draft-14 relay, such as moq-rs's). A lost upstream is retried with backoff (0.5 s
-doubling to 10 s); subscriptions it fed end with PUBLISH_DONE GOING_AWAY "the upstream relay
-left", and what was cached here stays served.
+doubling to 10 s); subscriptions it fed wait for it and go on from the last object they got,
+or end after three --upstream-timeouts with PUBLISH_DONE GOING_AWAY "the upstream relay
+left"; what was cached here stays served.
 
 Prints "listening on moqt://HOST:PORT" once it accepts sessions. SIGTERM or SIGINT: GOAWAY
 to every session, up to --grace seconds for them to leave, then close.

@@ -114,9 +114,7 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
                 await decoder.until(lambda: len(decoder.objects(first)) == 6)
 
                 root.process.process.send_signal(signal.SIGKILL)  # gone without a word
-                ended = await decoder.next(SubscriptionEnded, lambda e: e.request_id == first)
-                assert ended.message.status_code == PublishDoneStatus.GOING_AWAY
-                assert ended.message.reason == "the upstream relay left"
+                await asyncio.to_thread(b.wait_for, "upstream_up", 0)
 
                 with cluster_relay(cert, port=port) as again:
                     for edge in (a, b):
@@ -130,7 +128,38 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
                     await send_groups(publisher, upstream, groups=1, objects=3, size=2000, first=2)
                     await late.until(lambda: len(late.objects(second)) == 9)
                     assert received(late, second) == expected(3, 3, 2000)
-                    assert again.metric("subscribes_received") == 1
+                    # The first subscription waited through the outage and goes on.
+                    await decoder.until(lambda: len(decoder.objects(first)) == 9)
+                    assert received(decoder, first) == expected(3, 3, 2000)
+                    assert not decoder.of(SubscriptionEnded)
+                    assert again.metric("subscribes_received") == 1  # edge B's, for both
                     assert len(publisher.of(SubscribeRequested)) == 1
+
+        run(main)
+
+
+def test_subscriptions_end_when_the_root_stays_away(cert: CertificatePaths) -> None:
+    """Subscribers wait for a lost root three --upstream-timeouts, then get a clear end."""
+    with ExitStack() as stack:
+        root = stack.enter_context(cluster_relay(cert))
+        a = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
+        b = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
+
+        async def main() -> None:
+            for edge in (a, b):
+                await asyncio.to_thread(edge.wait_for, "upstream_up", 1)
+            async with Sessions(a.process, cert) as at_a, Sessions(b.process, cert) as at_b:
+                publisher = await at_a.open()
+                await announce(publisher)
+                decoder = await at_b.open()
+                first = decoder.moqt.subscribe(TRACK, filter=FROM_START)
+                decoder.send()
+                upstream = accept(publisher, await publisher.next(SubscribeRequested))
+                await send_groups(publisher, upstream, groups=1, objects=3, size=2000)
+                await decoder.until(lambda: len(decoder.objects(first)) == 3)
+                root.process.process.send_signal(signal.SIGKILL)
+                ended = await decoder.next(SubscriptionEnded, lambda e: e.request_id == first)
+                assert ended.message.status_code == PublishDoneStatus.GOING_AWAY
+                assert ended.message.reason == "the upstream relay left"
 
         run(main)

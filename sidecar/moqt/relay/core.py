@@ -192,6 +192,7 @@ class UpstreamState(Enum):
     SUBSCRIBING = auto()  # our SUBSCRIBE is on its way: subscribers wait for SUBSCRIBE_OK
     LIVE = auto()  # objects flow
     ENDING = auto()  # PUBLISH_DONE came or the publisher left: over once its streams end
+    LOST = auto()  # the upstream relay left: subscribers wait for it (Relay.attach_upstream)
 
 
 @dataclass(eq=False)
@@ -314,6 +315,30 @@ class Relay:
             self._follow_upstream(prefix)
         for track in list(self.tracks.values()):
             self._offer(upstream, track)  # the pushed ones
+            if track.upstream_in(UpstreamState.LOST):
+                self._resume(upstream, track)
+
+    def resume_lost(self) -> bool:
+        """Subscribe again upstream for every track whose subscribers wait for the upstream
+        relay (when it is back); whether any still wait. Never raises."""
+        waiting = False
+        for track in list(self.tracks.values()):
+            if track.upstream_in(UpstreamState.LOST):
+                waiting = True
+                if self.upstream is not None:
+                    self._guarded(self.upstream, lambda up, t=track: self._resume(up, t))
+        return waiting
+
+    def _resume(self, upstream: Peer, track: Track) -> None:
+        """Subscribe again, right after the last object that came, for subscribers that
+        waited while the upstream relay was away; they go on as if it never left."""
+        largest = track.largest
+        start = Location(0, 0) if largest is None else Location(largest.group, largest.object + 1)
+        wanted = SubscriptionFilter(FilterType.ABSOLUTE_START, start)
+        if not self._subscribe_upstream(upstream, track, wanted):
+            assert track.upstream is not None
+            track.upstream.end(PublishDoneStatus.GOING_AWAY, "cannot subscribe upstream again")
+            self._upstream_over(track)
 
     def handle(self, peer: Peer, event: ev.MoqtEvent) -> None:
         """Act on one event of ``peer``'s session. Never raises."""
@@ -605,6 +630,10 @@ class Relay:
                     self._accept(subscriber, track, subscribe)
                 else:
                     self._session(subscriber).reject(subscribe.request_id, code, reason)
+            if peer is self.upstream and track.subscribers:
+                # A resumed subscription the upstream relay cannot route yet (the edge with
+                # the publisher has not announced again): wait on, and try again.
+                track.upstream = Upstream(peer, request_id, UpstreamState.LOST)
             self._drop_idle(track.name)
         fetch = peer.upstream_fetches.pop(request_id, None)
         if fetch is not None:
@@ -968,7 +997,8 @@ class Relay:
         peer.gone = True
         self.peers.discard(peer)
         left = "the publisher left"
-        if peer is self.upstream:
+        lost_upstream = peer is self.upstream
+        if lost_upstream:
             self.upstream, left = None, "the upstream relay left"
         self._dirty.discard(peer)
         peer.outbox.clear()
@@ -979,8 +1009,14 @@ class Relay:
                 for key in track.live_streams.values():
                     self._enqueue(sub.peer, EndStream(sub, key, reset=True))
             track.live_streams.clear()
-            if track.upstream is not None:
-                track.upstream.end(PublishDoneStatus.GOING_AWAY, left)
+            upstream = track.upstream
+            if upstream is None:
+                continue
+            if lost_upstream and track.subscribers and not upstream.pushed:
+                upstream.state = UpstreamState.LOST  # until the upstream relay is back
+                self._refuse_waiting(track, "the upstream relay left")
+                continue
+            upstream.end(PublishDoneStatus.GOING_AWAY, left)
             self._upstream_over(track)
         for fetch in peer.upstream_fetches.values():
             self._upstream_fetch_over(fetch, whole=False, reason=left)
@@ -999,12 +1035,7 @@ class Relay:
         if track.live_streams:
             return
         upstream = track.detach()
-        waiting, track.waiting = track.waiting, []
-        for subscriber, subscribe in waiting:
-            if not subscriber.gone:
-                self._session(subscriber).reject(
-                    subscribe.request_id, SubscribeErrorCode.INTERNAL_ERROR, "the publisher left"
-                )
+        self._refuse_waiting(track, "the publisher left")
         status, reason = (
             upstream.done if upstream is not None else (PublishDoneStatus.TRACK_ENDED, "")
         )
@@ -1012,6 +1043,26 @@ class Relay:
             if sub.live:
                 self._end(sub, status, reason)
         self._drop_idle(track.name)
+
+    def _refuse_waiting(self, track: Track, reason: str) -> None:
+        waiting, track.waiting = track.waiting, []
+        for subscriber, subscribe in waiting:
+            if not subscriber.gone:
+                self._session(subscriber).reject(
+                    subscribe.request_id, SubscribeErrorCode.INTERNAL_ERROR, reason
+                )
+
+    def give_up_upstream(self) -> None:
+        """The upstream relay has stayed away too long: end the subscriptions that waited
+        for it (PUBLISH_DONE GOING_AWAY). Never raises."""
+        for track in list(self.tracks.values()):
+            if track.upstream is not None and track.upstream.state is UpstreamState.LOST:
+                track.upstream.end(PublishDoneStatus.GOING_AWAY, "the upstream relay left")
+                try:
+                    self._upstream_over(track)
+                except Exception:
+                    logger.exception("relay: ending %s", track.name)
+        self._transmit()
 
     # ------------------------------------------------------------------------------------
     # The outbox.
@@ -1322,7 +1373,7 @@ class Relay:
         track = self.tracks.get(name)
         if (
             track is not None
-            and track.upstream is None
+            and (track.upstream is None or track.upstream.state is UpstreamState.LOST)
             and not track.subscribers
             and not track.waiting
             and not track.live_streams

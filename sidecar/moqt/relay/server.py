@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 # Reconnection to the upstream relay: first retry soon, then back off to a slow poll.
 RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 10.0
+WAIT_TIMEOUTS = 3
+RESUME_EVERY_S = 1.0
 
 
 class _ConnectionLink:
@@ -144,15 +146,39 @@ def _attach(
 
 async def _keep_upstream(relay: Relay, url: str, settings: QuicSettings) -> None:
     """Hold a session to the upstream relay; reconnect with backoff whenever it is lost."""
+    watch = asyncio.ensure_future(_watch_lost(relay, WAIT_TIMEOUTS * settings.idle_timeout))
     delay = RECONNECT_FIRST_S
+    try:
+        while True:
+            try:
+                await _upstream_session(relay, url, settings)
+                delay = RECONNECT_FIRST_S
+            except transport.MoqtConnectError as exc:
+                logger.warning(
+                    "relay: cannot reach upstream %s (%s); retry in %.1f s", url, exc, delay
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
+    finally:
+        watch.cancel()
+
+
+async def _watch_lost(relay: Relay, window: float) -> None:
+    """Subscriptions the upstream relay fed wait for it (``UpstreamState.LOST``): subscribe
+    again each second once it is back (the edge with their publisher may announce again
+    later than this one reconnects), and end them after ``window`` seconds: long enough for
+    a root to restart, short enough that a decoder does not wait on one gone for good."""
+    loop = asyncio.get_running_loop()
+    since: float | None = None
     while True:
-        try:
-            await _upstream_session(relay, url, settings)
-            delay = RECONNECT_FIRST_S
-        except transport.MoqtConnectError as exc:
-            logger.warning("relay: cannot reach upstream %s (%s); retry in %.1f s", url, exc, delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, RECONNECT_MAX_S)
+        await asyncio.sleep(RESUME_EVERY_S)
+        if not relay.resume_lost():
+            since = None
+        elif since is None:
+            since = loop.time()
+        elif loop.time() - since > window:
+            relay.give_up_upstream()
+            since = None
 
 
 async def _upstream_session(relay: Relay, url: str, settings: QuicSettings) -> None:
