@@ -122,7 +122,7 @@ class Client:
     @property
     def moqt(self) -> MoqtSession:
         assert self.connection is not None
-        return self.connection.session
+        return self.connection.moqt
 
     def send(self) -> None:
         assert self.connection is not None

@@ -141,7 +141,7 @@ def test_setup_carries_path_and_authority(settings: QuicSettings, cert: Certific
         ):
             assert connection.setup.done()
             await server_side.connection.setup
-            peer = server_side.connection.session.peer_parameters
+            peer = server_side.connection.moqt.peer_parameters
             assert peer is not None
             assert peer.path == b"/kv?tenant=a"
             assert peer.authority == url.split("/")[2].encode()

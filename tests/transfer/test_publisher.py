@@ -207,12 +207,12 @@ def test_requests_that_end_while_their_track_is_encoded_are_not_answered(
         await prompt.publish(kv)
         async with serving(publisher, cert) as (url, served):
             async with api.connect(url, settings_for(cert)) as leaving:
-                leaving.connection.session.subscribe(ac)
+                leaving.connection.moqt.subscribe(ac)
                 leaving.connection.transmit()
                 await newest_catalog(leaving, prompt.namespace)  # the SUBSCRIBE is waiting
                 assert len(served[0]._tasks) == 1
             async with api.connect(url, settings_for(cert)) as session:
-                moqt = session.connection.session
+                moqt = session.connection.moqt
                 subscribe = moqt.subscribe(ac)
                 fetch = moqt.fetch(StandaloneFetch(ac, Location(0, 0), 2))
                 session.connection.transmit()

@@ -293,7 +293,7 @@ class _Delivery:
             return
         if not self._writable():
             return
-        moqt = self.connection.session
+        moqt = self.connection.moqt
         if self._group != group_id:
             self._end_stream()
             self._stream = moqt.open_subgroup(
@@ -323,7 +323,7 @@ class _Delivery:
         if not self._writable():
             return
         self._end_stream()
-        self.connection.session.publish_done(self.request_id, status, reason)
+        self.connection.moqt.publish_done(self.request_id, status, reason)
         self.connection.transmit()
         self.drop()
 
@@ -334,7 +334,7 @@ class _Delivery:
     def cancel(self) -> None:
         """The subscriber left (UNSUBSCRIBE): reset the stream in flight, send nothing more."""
         if self._stream is not None and self._writable():
-            self.connection.session.reset_stream(self._stream)
+            self.connection.moqt.reset_stream(self._stream)
             self._stream = None
         self.drop()
 
@@ -348,7 +348,7 @@ class _Delivery:
 
     def _end_stream(self) -> None:
         if self._stream is not None:
-            self.connection.session.end_stream(self._stream)
+            self.connection.moqt.end_stream(self._stream)
             self._stream = None
 
 
@@ -557,7 +557,7 @@ class Session:
             filt = SubscriptionFilter(FilterType.ABSOLUTE_START, start)
         else:
             filt = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, start, end_group)
-        request_id = self.connection.session.subscribe(track, filter=filt)
+        request_id = self.connection.moqt.subscribe(track, filter=filt)
         subscription = self._subscriptions[request_id] = Subscription(self, request_id, track)
         reply = await self._await_reply(request_id, self._subscriptions)
         subscription.largest = reply.largest
@@ -572,32 +572,32 @@ class Session:
     ) -> FetchStream:
         """Fetch what the publisher holds from `start` to (end_group, end_object) inclusive."""
         target = StandaloneFetch(track, start, end_group, end_object)
-        request_id = self.connection.session.fetch(target)
+        request_id = self.connection.moqt.fetch(target)
         fetch = self._fetches[request_id] = FetchStream(self, request_id)
         reply = await self._await_reply(request_id, self._fetches)
         fetch.end_location = reply.end
         return fetch
 
     async def track_status(self, track: FullTrackName) -> TrackStatus:
-        request_id = self.connection.session.track_status(track)
+        request_id = self.connection.moqt.track_status(track)
         reply = await self._await_reply(request_id)
         return TrackStatus(reply.largest)
 
     async def publish_namespace(self, namespace: tuple[bytes, ...]) -> None:
         """Announce a namespace (to a relay), so subscribers are routed to this session."""
-        request_id = self.connection.session.publish_namespace(namespace)
+        request_id = self.connection.moqt.publish_namespace(namespace)
         await self._await_reply(request_id)
 
     def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
         """Withdraw an announced namespace: the relay stops routing requests for it here."""
-        self.connection.session.publish_namespace_done(namespace)
+        self.connection.moqt.publish_namespace_done(namespace)
         self.connection.transmit()
 
     async def subscribe_namespace(self, prefix: tuple[bytes, ...]) -> NamespaceSubscription:
         """Hear of every namespace published under `prefix` (a relay's publishers), and of
         its withdrawal, until `unsubscribe`. Announcements that come before the peer's OK
         are kept, so none is missed."""
-        request_id = self.connection.session.subscribe_namespace(prefix)
+        request_id = self.connection.moqt.subscribe_namespace(prefix)
         subscription = NamespaceSubscription(self, request_id, prefix)
         for namespace in self._peer_namespaces:  # announced before we asked (moq-rs)
             if subscription.covers(namespace):
@@ -609,7 +609,7 @@ class Session:
     def cancel(self, request: Subscription | FetchStream | NamespaceSubscription) -> None:
         """Tell the peer to stop serving ``request`` (UNSUBSCRIBE, FETCH_CANCEL,
         UNSUBSCRIBE_NAMESPACE) and forget it; what its queue holds can still be read."""
-        moqt = self.connection.session
+        moqt = self.connection.moqt
         if isinstance(request, Subscription):
             moqt.unsubscribe(request.request_id)
         elif isinstance(request, FetchStream):
@@ -755,7 +755,7 @@ class Session:
         except Exception:
             logger.exception("resolving %s failed", name)  # the peer hears no details
             if not self.connection.closing:
-                self.connection.session.reject(request_id, internal_error, "track unavailable")
+                self.connection.moqt.reject(request_id, internal_error, "track unavailable")
                 self.connection.transmit()
             return
         if not self.connection.closing:
@@ -788,7 +788,7 @@ class Session:
         )
 
     def _answer_subscribe(self, message: Subscribe, track: PublishedTrack | None) -> None:
-        moqt = self.connection.session
+        moqt = self.connection.moqt
         if track is None:
             moqt.reject(
                 message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
@@ -833,11 +833,11 @@ class Session:
 
     def _answer_track_status(self, request_id: int, track: PublishedTrack | None) -> None:
         if track is None:
-            self.connection.session.reject(
+            self.connection.moqt.reject(
                 request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
             )
         else:
-            self.connection.session.track_status_ok(request_id, largest=track.largest)
+            self.connection.moqt.track_status_ok(request_id, largest=track.largest)
 
     def _on_fetch(self, event: ev.FetchRequested) -> None:
         message = event.message
@@ -849,7 +849,7 @@ class Session:
         )
 
     def _answer_fetch(self, message: Fetch, track: PublishedTrack | None) -> None:
-        moqt = self.connection.session
+        moqt = self.connection.moqt
         if track is None:
             moqt.reject(message.request_id, FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track")
             return
@@ -876,7 +876,7 @@ class Session:
         return None if joined is None else joining_range(target, joined.start)
 
     async def _serve_fetch(self, request_id: int, objects: list[tuple[int, TrackObject]]) -> None:
-        moqt = self.connection.session
+        moqt = self.connection.moqt
         stream = moqt.open_fetch_stream(request_id)
         try:
             for group_id, obj in objects:
@@ -902,13 +902,13 @@ class Session:
 
     def _on_publish_offered(self, event: ev.PublishRequested) -> None:
         # This endpoint subscribes explicitly; tracks pushed at it are declined.
-        self.connection.session.reject(
+        self.connection.moqt.reject(
             event.message.request_id, PublishErrorCode.NOT_SUPPORTED, "PUBLISH not accepted"
         )
         self.connection.transmit()
 
     def _on_namespace_published(self, event: ev.NamespacePublished) -> None:
-        self.connection.session.publish_namespace_ok(event.message.request_id)
+        self.connection.moqt.publish_namespace_ok(event.message.request_id)
         self.connection.transmit()
         namespace = event.message.namespace
         if namespace in self._peer_namespaces:  # already announced (a relay repeats them)
@@ -936,7 +936,7 @@ class Session:
 
     def _on_namespace_subscribe(self, event: ev.NamespaceSubscribeRequested) -> None:
         # moq-rs subscribes to every namespace right after setup; accepting costs nothing.
-        self.connection.session.subscribe_namespace_ok(event.message.request_id)
+        self.connection.moqt.subscribe_namespace_ok(event.message.request_id)
         self.connection.transmit()
 
     _HANDLERS: ClassVar[dict[type, Callable[[Session, Any], None]]] = {

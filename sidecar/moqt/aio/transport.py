@@ -283,8 +283,8 @@ class MoqtUrl:
 class MoqtConnection:
     """One MoQT session on one QUIC connection: the session plus the clock and the loop.
 
-    Use `session` to issue requests, answers and objects, then call `transmit()`;
-    after writing objects, `await drain()` so the producer never outruns the path.
+    Use `moqt` (the sans-I/O session) to issue requests, answers and objects, then call
+    `transmit()`; after writing objects, `await drain()` so the producer never outruns the path.
     """
 
     def __init__(
@@ -296,7 +296,7 @@ class MoqtConnection:
         keepalive: float,
     ) -> None:
         self.endpoint = endpoint
-        self.session = session
+        self.moqt = session
         self._loop = loop
         self.setup: asyncio.Future[SetupCompleted] = loop.create_future()
         self.closed: asyncio.Future[SessionClosed] = loop.create_future()
@@ -321,7 +321,7 @@ class MoqtConnection:
 
     def close(self, error_code: int = SessionErrorCode.NO_ERROR, reason: str = "") -> None:
         """Close the session (and its QUIC connection) with a MoQT session error code."""
-        self.session.close(error_code, reason)
+        self.moqt.close(error_code, reason)
         self.endpoint.transmit()
         # The session reports SessionClosed only for closes it did not ask for.
         if not self.closed.done():
@@ -331,7 +331,7 @@ class MoqtConnection:
         await self.endpoint.wait_closed()
 
     def handle_quic_event(self, event: Any) -> None:
-        for moqt_event in self.session.handle_event(event, self._loop.time()):
+        for moqt_event in self.moqt.handle_event(event, self._loop.time()):
             self._dispatch(moqt_event)
 
     def _dispatch(self, event: MoqtEvent) -> None:
@@ -349,7 +349,7 @@ class MoqtConnection:
 
     def _on_tick(self) -> None:
         now = self._loop.time()
-        self.session.tick(now)
+        self.moqt.tick(now)
         if now >= self._next_ping and not self.closing:
             self.endpoint.quic.send_ping(0)
             self._next_ping = now + self._keepalive
@@ -440,7 +440,7 @@ class MoqtServer:
         for connection in self.connections:
             if connection.closing:
                 continue  # writing to it raises on qh3, and it is leaving anyway
-            connection.session.goaway(new_session_uri.encode())
+            connection.moqt.goaway(new_session_uri.encode())
             connection.transmit()
 
     async def shutdown(self, new_session_uri: str = "", grace: float = 5.0) -> None:

@@ -242,7 +242,7 @@ class Track:
 class Peer:
     """One session through the relay, in whatever roles it plays."""
 
-    session: MoqtSession
+    moqt: MoqtSession
     link: PeerLink
     name: str
     outbox: Outbox = field(default_factory=Outbox)
@@ -289,8 +289,8 @@ class Relay:
     # ------------------------------------------------------------------------------------
     # Driving the relay.
 
-    def add_peer(self, session: MoqtSession, link: PeerLink, name: str = "") -> Peer:
-        peer = Peer(session, link, name)
+    def add_peer(self, moqt: MoqtSession, link: PeerLink, name: str = "") -> Peer:
+        peer = Peer(moqt, link, name)
         self.peers.add(peer)
         return peer
 
@@ -362,8 +362,8 @@ class Relay:
 
     def _fail(self, peer: Peer) -> None:
         logger.exception("relay: internal error serving %s", peer.name)
-        if not peer.session.closed:
-            peer.session.close(SessionErrorCode.INTERNAL_ERROR, "relay internal error")
+        if not peer.moqt.closed:
+            peer.moqt.close(SessionErrorCode.INTERNAL_ERROR, "relay internal error")
             peer.link.transmit()
         self._peer_left(peer)
 
@@ -528,7 +528,7 @@ class Relay:
         accepted) on ``wants``' filter: through the cache first with ``replay``, else live."""
         start, end_group = subscription_window(wants.filter, largest, history=True)
         sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
-        quirks = PeerQuirks.of(peer.session.peer_parameters)
+        quirks = PeerQuirks.of(peer.moqt.peer_parameters)
         sub.joined_open = start.object > 0 and quirks.closes_joined_groups
         track.subscribers.append(sub)
         peer.downstreams[request_id] = sub
@@ -1335,7 +1335,7 @@ class Relay:
     def _session(self, peer: Peer) -> MoqtSession:
         """The peer's session, noted as written to (transmitted after this event)."""
         self._dirty.add(peer)
-        return peer.session
+        return peer.moqt
 
     def _transmit(self) -> None:
         dirty, self._dirty = self._dirty, set()

@@ -136,7 +136,7 @@ def _attach(
 ) -> tuple[Peer, transport.MoqtEventHandler]:
     """Make ``connection`` a peer of ``relay``; its events go to the relay from now on."""
     link = _ConnectionLink(connection, settings, relay)
-    peer = link.peer = relay.add_peer(connection.session, link, name)
+    peer = link.peer = relay.add_peer(connection.moqt, link, name)
 
     def on_event(event: MoqtEvent) -> None:
         relay.handle(peer, event)
