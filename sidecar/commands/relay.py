@@ -203,6 +203,7 @@ async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, k
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    probes: asyncio.Server | None = None
     if args.http is not None:
         from sidecar.moqt.relay.metrics import exposition
         from sidecar.service.probes import ProbeState, serve_probes
@@ -213,6 +214,6 @@ async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, k
         "relay started", url=server.url, cache_bytes=args.cache_bytes, upstream=args.upstream
     )
     await stop.wait()
-    if args.http is not None:
+    if probes is not None:
         probes.close()
     await server.shutdown(grace=args.grace)

@@ -18,6 +18,12 @@ WHOLE_GROUP = MAX_VARINT
 START = Location(0, 0)
 
 
+def after(largest: Location | None) -> Location:
+    """The location right after ``largest`` (0/0 before anything is published): where a
+    Largest Object subscription starts, and where a resumed one picks up."""
+    return START if largest is None else Location(largest.group, largest.object + 1)
+
+
 def subscription_window(
     filter: SubscriptionFilter, largest: Location | None, *, history: bool = False
 ) -> tuple[Location, int | None]:
@@ -29,13 +35,12 @@ def subscription_window(
     largest object is moved after it, unless ``history``: a relay serves what it caches from
     an absolute start, and a publisher does so for peers that need it (`quirks`).
     """
-    after = START if largest is None else Location(largest.group, largest.object + 1)
     if filter.filter_type == FilterType.NEXT_GROUP_START:
         return (START if largest is None else Location(largest.group + 1, 0)), None
     if filter.filter_type == FilterType.LARGEST_OBJECT:
-        return after, None
+        return after(largest), None
     assert filter.start is not None
-    return (filter.start if history else max(filter.start, after)), filter.end_group
+    return (filter.start if history else max(filter.start, after(largest))), filter.end_group
 
 
 def standalone_range(target: StandaloneFetch) -> tuple[Location, Location]:

@@ -71,6 +71,7 @@ from ..protocol.model import (
 from ..protocol.quirks import PeerQuirks
 from ..protocol.session import MoqtSession
 from ..protocol.windows import (
+    after,
     end_object,
     joining_range,
     standalone_range,
@@ -186,6 +187,11 @@ class DownstreamFetch:
     # FETCHes of the same range that came while this one was upstream (decoders below an
     # edge ask for a chunk at once): served from the cache this one fills, once it is whole.
     followers: list[DownstreamFetch] = field(default_factory=list)
+
+    @property
+    def range(self) -> tuple[FullTrackName, Location, Location]:
+        """What a second FETCH must ask for to follow this one."""
+        return self.track, self.start, self.end
 
 
 class UpstreamState(Enum):
@@ -332,9 +338,7 @@ class Relay:
     def _resume(self, upstream: Peer, track: Track) -> None:
         """Subscribe again, right after the last object that came, for subscribers that
         waited while the upstream relay was away; they go on as if it never left."""
-        largest = track.largest
-        start = Location(0, 0) if largest is None else Location(largest.group, largest.object + 1)
-        wanted = SubscriptionFilter(FilterType.ABSOLUTE_START, start)
+        wanted = SubscriptionFilter(FilterType.ABSOLUTE_START, after(track.largest))
         if not self._subscribe_upstream(upstream, track, wanted):
             assert track.upstream is not None
             track.upstream.end(PublishDoneStatus.GOING_AWAY, "cannot subscribe upstream again")
@@ -772,7 +776,7 @@ class Relay:
         if publisher is None or self._cached_range(fetch):
             self._fetch_from_cache(fetch)
             return
-        leader = self._inflight.get((event.track, start, end))
+        leader = self._inflight.get(fetch.range)
         if leader is not None:
             leader.followers.append(fetch)
             peer.fetches[message.request_id] = fetch
@@ -787,13 +791,13 @@ class Relay:
         self.counters.fetches_sent += 1
         publisher.upstream_fetches[request_id] = fetch
         peer.fetches[message.request_id] = fetch
-        self._inflight[(event.track, start, end)] = fetch
+        self._inflight[fetch.range] = fetch
 
     def _upstream_fetch_over(self, fetch: DownstreamFetch, whole: bool, reason: str) -> None:
         """The FETCH ``fetch`` sent upstream is over: its followers get the range from the
         cache it filled, or (``whole`` False) FETCH_ERROR with ``reason``."""
-        if self._inflight.get((fetch.track, fetch.start, fetch.end)) is fetch:
-            del self._inflight[(fetch.track, fetch.start, fetch.end)]
+        if self._inflight.get(fetch.range) is fetch:
+            del self._inflight[fetch.range]
         followers, fetch.followers = fetch.followers, []
         for follower in followers:
             if follower.peer.gone or follower.peer.fetches.get(follower.request_id) is not follower:
@@ -1056,7 +1060,7 @@ class Relay:
         """The upstream relay has stayed away too long: end the subscriptions that waited
         for it (PUBLISH_DONE GOING_AWAY). Never raises."""
         for track in list(self.tracks.values()):
-            if track.upstream is not None and track.upstream.state is UpstreamState.LOST:
+            if track.upstream is not None and track.upstream_in(UpstreamState.LOST):
                 track.upstream.end(PublishDoneStatus.GOING_AWAY, "the upstream relay left")
                 try:
                     self._upstream_over(track)
@@ -1373,7 +1377,7 @@ class Relay:
         track = self.tracks.get(name)
         if (
             track is not None
-            and (track.upstream is None or track.upstream.state is UpstreamState.LOST)
+            and (track.upstream is None or track.upstream_in(UpstreamState.LOST))
             and not track.subscribers
             and not track.waiting
             and not track.live_streams
