@@ -32,7 +32,14 @@ from tests.moqt.test_relay import (
     received,
     run,
 )
-from tests.moqt.test_relay_harness import accept, cluster_relay, edge_flags, send_groups
+from tests.moqt.test_relay_harness import (
+    Client,
+    ClusterRelay,
+    accept,
+    cluster_relay,
+    edge_flags,
+    send_groups,
+)
 
 
 def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
@@ -91,6 +98,25 @@ def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
         run(main)
 
 
+async def streaming(
+    a: ClusterRelay, b: ClusterRelay, at_a: Sessions, at_b: Sessions, groups: int
+) -> tuple[Client, int, Client, int]:
+    """Once both edges are up: a publisher on edge A, a decoder on edge B subscribed from the
+    start and holding ``groups`` groups of 3 objects; (publisher, its upstream subscription's
+    request id, decoder, the decoder's request id)."""
+    for edge in (a, b):
+        await asyncio.to_thread(edge.wait_for, "upstream_up", 1)
+    publisher = await at_a.open()
+    await announce(publisher)
+    decoder = await at_b.open()
+    first = decoder.moqt.subscribe(TRACK, filter=FROM_START)
+    decoder.send()
+    upstream = accept(publisher, await publisher.next(SubscribeRequested))
+    await send_groups(publisher, upstream, groups=groups, objects=3, size=2000)
+    await decoder.until(lambda: len(decoder.objects(first)) == 3 * groups)
+    return publisher, upstream, decoder, first
+
+
 def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
     cert: CertificatePaths,
 ) -> None:
@@ -101,17 +127,8 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
         b = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
 
         async def main() -> None:
-            for edge in (a, b):
-                await asyncio.to_thread(edge.wait_for, "upstream_up", 1)
             async with Sessions(a.process, cert) as at_a, Sessions(b.process, cert) as at_b:
-                publisher = await at_a.open()
-                await announce(publisher)
-                decoder = await at_b.open()
-                first = decoder.moqt.subscribe(TRACK, filter=FROM_START)
-                decoder.send()
-                upstream = accept(publisher, await publisher.next(SubscribeRequested))
-                await send_groups(publisher, upstream, groups=2, objects=3, size=2000)
-                await decoder.until(lambda: len(decoder.objects(first)) == 6)
+                publisher, upstream, decoder, first = await streaming(a, b, at_a, at_b, 2)
 
                 root.process.process.send_signal(signal.SIGKILL)  # gone without a word
                 await asyncio.to_thread(b.wait_for, "upstream_up", 0)
@@ -146,17 +163,8 @@ def test_subscriptions_end_when_the_root_stays_away(cert: CertificatePaths) -> N
         b = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
 
         async def main() -> None:
-            for edge in (a, b):
-                await asyncio.to_thread(edge.wait_for, "upstream_up", 1)
             async with Sessions(a.process, cert) as at_a, Sessions(b.process, cert) as at_b:
-                publisher = await at_a.open()
-                await announce(publisher)
-                decoder = await at_b.open()
-                first = decoder.moqt.subscribe(TRACK, filter=FROM_START)
-                decoder.send()
-                upstream = accept(publisher, await publisher.next(SubscribeRequested))
-                await send_groups(publisher, upstream, groups=1, objects=3, size=2000)
-                await decoder.until(lambda: len(decoder.objects(first)) == 3)
+                _, _, decoder, first = await streaming(a, b, at_a, at_b, 1)
                 root.process.process.send_signal(signal.SIGKILL)
                 ended = await decoder.next(SubscriptionEnded, lambda e: e.request_id == first)
                 assert ended.message.status_code == PublishDoneStatus.GOING_AWAY
