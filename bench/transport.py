@@ -306,7 +306,7 @@ async def _moqt_sender(job: Job, start_receiver: StartReceiver) -> Received:
             group, obj = divmod(index, OBJECTS_PER_GROUP)
             await track.write(group, obj, payload, end_of_group=obj == OBJECTS_PER_GROUP - 1)
         received = await result
-        await track.end()
+        track.end()
         return received
 
 

@@ -238,7 +238,7 @@ class KVService:
         await prompt.publish(kv)
         assert prompt.catalog is not None
         self._local_kv[prompt.namespace] = kv  # the publisher keeps views of it anyway
-        await self._evict_published(keep=prompt.namespace)
+        self._evict_published(keep=prompt.namespace)
         self._local.add_catalog(prompt.catalog)
         for index in range(prompt.chunk_count):
             for track, size in prompt.catalog.chunk_bytes(index).items():
@@ -251,7 +251,7 @@ class KVService:
             tracks=list(prompt.offered),
         )
 
-    async def _evict_published(self, keep: tuple[bytes, ...]) -> None:
+    def _evict_published(self, keep: tuple[bytes, ...]) -> None:
         """Withdraw the oldest published prompts until what they hold fits the budget.
 
         Only fully published prompts are candidates (a prompt still being encoded is not in
@@ -269,7 +269,7 @@ class KVService:
             prompt = self._published.pop(namespace)
             del self._local_kv[namespace]
             self._local.remove(prompt.name)
-            await self.link.publisher.remove(namespace)
+            self.link.publisher.remove(namespace)
             self.link.withdraw(namespace)
             self.metrics.evicted_prompts.inc()
             log.info("prompt_evicted", prompt=prompt.name.prompt_id, held_bytes=held[namespace])

@@ -40,7 +40,7 @@ from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_count, prompt_id
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.moqt.aio.api import PublishedTrack, Publisher
-from sidecar.moqt.protocol.model import FullTrackName, TrackObject
+from sidecar.moqt.protocol.model import FullTrackName
 
 REVISION_INTERVAL = 0.1
 """Seconds between catalog revisions while chunks come faster (the complete one is always
@@ -88,10 +88,10 @@ class KVPublisher(Publisher):
         self._prompts[prompt.namespace] = prompt
         return prompt
 
-    async def remove(self, namespace: tuple[bytes, ...]) -> None:
+    def remove(self, namespace: tuple[bytes, ...]) -> None:
         """Forget a prompt and withdraw its tracks (catalog included)."""
         self._prompts.pop(namespace, None)
-        await super().remove(namespace)
+        super().remove(namespace)
 
     def get(self, name: FullTrackName) -> PublishedTrack | None:
         """What every SUBSCRIBE, FETCH and TRACK_STATUS looks up first (and is counted by): a
@@ -214,7 +214,7 @@ class PublishedPrompt:
                 )
             if revision.complete:
                 for track in (*self._kept.values(), self._catalog_track):
-                    await track.end()
+                    track.end()
 
     def _first_revision(self, kv: torch.Tensor) -> Catalog:
         """The catalog before any chunk: links, and codec tables fitted on the first chunk."""
@@ -263,9 +263,9 @@ class PublishedPrompt:
         track = self._track(name)
         for index, payloads in enumerate(encoded):
             for obj, payload in enumerate(payloads):
-                track.cache.add(index, TrackObject(obj, payload))
-            track.cache.mark_complete(index)
-        track.ended = self.catalog is not None and self.catalog.complete
+                track.put(index, obj, payload, end_of_group=obj == len(payloads) - 1)
+        if self.catalog is not None and self.catalog.complete:
+            track.end()
         self._kept[name] = track
         return track
 

@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from sidecar.address import free_udp_port
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
@@ -94,5 +95,40 @@ def test_kvmoq_subscribes_through_an_independent_relay(
                 if len(records) == spec.groups * spec.objects:
                     break
             assert sorted(records, key=lambda r: (r["group"], r["object"])) == spec.expected()
+
+    _run(main(), spec)
+
+
+@pytest.mark.interop
+def test_an_aiomoqt_subscriber_discovers_the_tracks_of_a_kvmoq_publisher(
+    start_peer: StartPeer, certs: Certs
+) -> None:
+    """draft-14 discovery answered by a publisher, no relay between: an aiomoqt subscriber
+    that knows only the namespace sends SUBSCRIBE_NAMESPACE, hears PUBLISH_NAMESPACE and a
+    PUBLISH for the track, accepts it, and receives its objects."""
+    spec = TrackSpec(namespace="kvtest/kvmoq-publisher-discover")
+    publisher = api.Publisher()
+    name = _track(spec)
+    track = publisher.track(name.namespace, name.name)
+    port = free_udp_port()
+
+    async def main() -> None:
+        server = await api.serve(
+            "127.0.0.1", port, QuicSettings(), cert=certs.cert, key=certs.key, publisher=publisher
+        )
+        try:
+            url = f"moqt://127.0.0.1:{port}"
+            subscriber = start_peer("aiomoqt", "sub", url=url, discover=True, **spec.params())
+            await asyncio.to_thread(subscriber.wait_event, "following", 20)
+            await asyncio.wait_for(track.wait_subscribed(), spec.timeout)
+            for group in range(spec.groups):
+                for obj in range(spec.objects):
+                    payload = object_payload(spec.seed, group, obj, object_size(spec.sizes, obj))
+                    last = obj == spec.objects - 1
+                    await track.write(group, obj, payload, end_of_group=last)
+            await asyncio.to_thread(subscriber.expect_success, spec.timeout + 10)
+            assert received(subscriber) == spec.expected()
+        finally:
+            server.close()
 
     _run(main(), spec)

@@ -9,7 +9,8 @@ import pytest
 
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_api import run
+from sidecar.moqt.protocol.model import FullTrackName, Location
+from tests.moqt.test_api import publisher_server, run
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
 
 PREFIX = (b"kvcache.moq.arpa/v1", b"smollm2-135m")
@@ -70,5 +71,37 @@ def test_a_refused_namespace_subscription_raises_and_leaves_the_others(
             namespaces = await follower.subscribe_namespace(PREFIX)
             await publisher.publish_namespace(FIRST)
             assert await next_announcement(namespaces) == api.Announcement(FIRST, True)
+
+    run(main)
+
+
+def test_a_publisher_announces_its_namespaces_to_a_follower_and_withdraws_them(
+    cert: CertificatePaths,
+) -> None:
+    """Served by a publisher, no relay between: SUBSCRIBE_NAMESPACE is answered as a relay
+    answers it (PUBLISH_NAMESPACE for what it holds and for what it adds later, DONE when
+    it removes a namespace), and the follower's own requests still work beside it."""
+    settings = settings_for(cert)
+    publisher = api.Publisher()
+    first = publisher.track(FIRST, b"int8")
+
+    async def main() -> None:
+        await first.write(0, 0, b"kv", end_of_group=True)
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as follower,
+        ):
+            namespaces = await follower.subscribe_namespace(PREFIX)
+            assert await next_announcement(namespaces) == api.Announcement(FIRST, True)
+            publisher.track(SECOND, b"int8")
+            publisher.track(ELSEWHERE, b"int8")  # not under the prefix: never announced
+            assert await next_announcement(namespaces) == api.Announcement(SECOND, True)
+            fetched = await follower.fetch(FullTrackName(FIRST, b"int8"), Location(0, 0), 0)
+            assert [obj.payload async for obj in fetched] == [b"kv"]
+            publisher.remove(FIRST)
+            assert await next_announcement(namespaces) == api.Announcement(FIRST, False)
+            # The follower declined the PUBLISH offers (it subscribes by itself): the
+            # publisher holds none of them open.
+            assert all(not peer.offers for peer in publisher.relay.peers)
 
     run(main)

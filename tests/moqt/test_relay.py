@@ -347,7 +347,7 @@ def test_unknown_tracks_and_empty_ranges_are_refused(
             refused = await client.next(RequestRejected, lambda e: e.request_id == subscribe_id)
             assert refused.message.error_code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
             refused = await client.next(RequestRejected, lambda e: e.request_id == fetch_id)
-            assert refused.message.error_code == FetchErrorCode.NO_OBJECTS
+            assert refused.message.error_code == FetchErrorCode.TRACK_DOES_NOT_EXIST
 
     run(main)
 

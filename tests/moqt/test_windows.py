@@ -31,32 +31,28 @@ def absolute(group: int, obj: int, end_group: int | None = None) -> Subscription
 
 
 @pytest.mark.parametrize(
-    ("filter", "largest", "history", "window"),
+    ("filter", "largest", "window"),
     [
         # Next Group Start: {largest.group + 1, 0}; Largest Object: {largest.group,
         # largest.object + 1}; both open-ended, and {0, 0} before anything is published.
-        (SubscriptionFilter(FilterType.NEXT_GROUP_START), LARGEST, False, (Location(6, 0), None)),
-        (SubscriptionFilter(FilterType.LARGEST_OBJECT), LARGEST, False, (Location(5, 4), None)),
-        (SubscriptionFilter(FilterType.NEXT_GROUP_START), None, False, (Location(0, 0), None)),
-        (SubscriptionFilter(FilterType.LARGEST_OBJECT), None, False, (Location(0, 0), None)),
-        # A SUBSCRIBE delivers only new objects: an absolute start in the past moves on...
-        (absolute(2, 0), LARGEST, False, (Location(5, 4), None)),
-        (absolute(2, 0, end_group=9), LARGEST, False, (Location(5, 4), 9)),
-        # ...unless the server serves history (a relay's cache).
-        (absolute(2, 0), LARGEST, True, (Location(2, 0), None)),
-        (absolute(2, 0, end_group=9), LARGEST, True, (Location(2, 0), 9)),
-        # A start ahead of the largest object stands either way.
-        (absolute(7, 1), LARGEST, False, (Location(7, 1), None)),
-        (absolute(3, 2), None, False, (Location(3, 2), None)),
+        (SubscriptionFilter(FilterType.NEXT_GROUP_START), LARGEST, (Location(6, 0), None)),
+        (SubscriptionFilter(FilterType.LARGEST_OBJECT), LARGEST, (Location(5, 4), None)),
+        (SubscriptionFilter(FilterType.NEXT_GROUP_START), None, (Location(0, 0), None)),
+        (SubscriptionFilter(FilterType.LARGEST_OBJECT), None, (Location(0, 0), None)),
+        # An absolute start in the past stands: what the track holds from there comes first.
+        (absolute(2, 0), LARGEST, (Location(2, 0), None)),
+        (absolute(2, 0, end_group=9), LARGEST, (Location(2, 0), 9)),
+        # So does one ahead of the largest object, or before anything is published.
+        (absolute(7, 1), LARGEST, (Location(7, 1), None)),
+        (absolute(3, 2), None, (Location(3, 2), None)),
     ],
 )
 def test_subscription_windows(
     filter: SubscriptionFilter,
     largest: Location | None,
-    history: bool,
     window: tuple[Location, int | None],
 ) -> None:
-    assert subscription_window(filter, largest, history=history) == window
+    assert subscription_window(filter, largest) == window
 
 
 def test_a_standalone_fetch_of_whole_groups_ends_after_every_object() -> None:

@@ -157,7 +157,7 @@ def test_a_withdrawn_prompt_is_no_longer_offered(
             assert await subscriber.lookup(MODEL, removed) == Availability(prompt.name, 48, 48)
             assert subscriber.index.lookup(MODEL, removed) is not None
             # What the sidecar does to unpublish: forget the tracks, withdraw the namespace.
-            await publisher.remove(prompt.namespace)
+            publisher.remove(prompt.namespace)
             session.publish_namespace_done(prompt.namespace)
             await eventually(forgotten(subscriber, removed))
             assert prompt.name not in subscriber.announced

@@ -33,11 +33,9 @@ TOKENS = list(range(10, 20))  # chunks of 4, 4, 2
 
 
 def payloads(publisher: KVPublisher, track: FullTrackName, group: int) -> list[bytes]:
-    published = publisher.get(track)
-    assert published is not None
-    return [
-        obj.payload for _, obj in published.cache.objects(Location(group, 0), Location(group, 99))
-    ]
+    assert publisher.get(track) is not None
+    held = publisher.relay.cache.objects(track, Location(group, 0), Location(group, 99))
+    return [obj.payload for _, obj in held]
 
 
 def test_catalog_revisions_follow_the_chunks() -> None:
@@ -210,23 +208,23 @@ def test_requests_that_end_while_their_track_is_encoded_are_not_answered(
                 leaving.connection.moqt.subscribe(ac)
                 leaving.connection.transmit()
                 await newest_catalog(leaving, prompt.namespace)  # the SUBSCRIBE is waiting
-                assert len(served[0]._tasks) == 1
+                assert served[0].resolving == 1
             async with api.connect(url, settings_for(cert)) as session:
                 moqt = session.connection.moqt
                 subscribe = moqt.subscribe(ac)
                 fetch = moqt.fetch(StandaloneFetch(ac, Location(0, 0), 2))
                 session.connection.transmit()
                 await newest_catalog(session, prompt.namespace)
-                assert len(served[1]._tasks) == 2
+                assert served[1].resolving == 2
                 moqt.unsubscribe(subscribe)
                 moqt.fetch_cancel(fetch)
                 session.connection.transmit()
                 await newest_catalog(session, prompt.namespace)
-                assert served[1]._tasks == {}
+                assert served[1].resolving == 0
                 # The server hears of the first session's end only after QUIC's draining
                 # period (3 PTO after its CONNECTION_CLOSE), which grows with a busy CPU.
                 async with asyncio.timeout(10):
-                    while served[0]._tasks:
+                    while served[0].resolving:
                         await asyncio.sleep(0.01)
                 held.release.set()
                 while "ac" not in prompt.kept_tracks:  # the encoding goes on without waiters

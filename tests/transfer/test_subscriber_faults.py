@@ -84,7 +84,7 @@ def test_a_catalog_of_another_prompt_is_ignored(
         publisher = api.Publisher()
         catalog_track = publisher.track(name.namespace(), b"catalog")
         await catalog_track.write(0, 0, foreign.encode(), end_of_group=True)
-        await catalog_track.end()
+        catalog_track.end()
         async with network(relay.url, cert) as net:
             session = await net.session(publisher)
             await session.publish_namespace(name.namespace())

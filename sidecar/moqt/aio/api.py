@@ -1,20 +1,20 @@
 """The application API: publish tracks and push objects; subscribe, fetch and read objects.
 
 The session answers nothing by itself and the transport only moves events, so this is where
-a publisher's tracks meet its subscribers:
+a process's tracks meet its subscribers, and its own requests meet their answers:
 
-* `Publisher` holds a process's tracks (each a `PublishedTrack` with a bounded `TrackCache`),
-  shared by all its sessions. `await track.write(...)` caches an object and sends it to every
-  live subscription, then waits until every subscriber's connection has room (backpressure).
-  SUBSCRIBE, FETCH and TRACK_STATUS from any peer are answered from these tracks: at once
-  for a track the publisher holds, else after `Publisher.resolve` has made it, in a task.
+* `Publisher` holds a process's tracks (each a `PublishedTrack`), shared by all its
+  sessions. `track.put(...)` caches an object and sends it to every live subscription.
+  Serving them is not written here: the tracks are local tracks of a `relay.core.Relay`,
+  and every session hands that core the peer's SUBSCRIBE, FETCH, TRACK_STATUS and
+  SUBSCRIBE_NAMESPACE, so a kvmoq publisher answers exactly as a kvmoq relay does (cached
+  objects from an absolute start, FETCH from the cache, PUBLISH_NAMESPACE and PUBLISH to a
+  namespace subscriber, a slow subscriber reading the cache at its own pace). What the core
+  cannot do, being sans-I/O, stays here: a request for a track the publisher does not hold
+  yet waits for `Publisher.resolve` in a task, and is handed on once it is made.
 * `Session` is one MoQT session as the application sees it: `subscribe`, `fetch`,
   `track_status` and `subscribe_namespace` return once the peer answered; objects, and the
   namespaces announced under a prefix, arrive through async iterators.
-
-Draft-14 semantics kept as the draft says: SUBSCRIBE delivers only objects written after it
-(from its start location on; use FETCH for what the publisher already holds); one subgroup
-stream per group (a KV chunk), FIN when the next group starts or the group is declared ended.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,31 +33,25 @@ from sidecar.moqt.aio.quic_backend import MiB, QuicSettings
 from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
-    PublishDoneStatus,
     PublishErrorCode,
     SubscribeErrorCode,
     UsageError,
 )
 from sidecar.moqt.protocol.messages import (
     UNKNOWN_STREAM_COUNT,
-    Fetch,
     FilterType,
-    JoiningFetch,
     StandaloneFetch,
-    Subscribe,
     SubscriptionFilter,
-    fetch_end,
 )
 from sidecar.moqt.protocol.model import (
     FullTrackName,
     Location,
     ObjectStatus,
-    TrackCache,
     TrackObject,
     has_prefix,
 )
-from sidecar.moqt.protocol.quirks import PeerQuirks
-from sidecar.moqt.protocol.windows import joining_range, standalone_range, subscription_window
+from sidecar.moqt.relay.core import Relay, RelayLimits, Track
+from sidecar.moqt.relay.link import ConnectionLink
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,10 +120,18 @@ class TrackStatus:
 
 
 class Publisher:
-    """The tracks one process publishes, looked up by every session that serves them."""
+    """The tracks one process publishes, served to every session that reaches it.
 
-    def __init__(self) -> None:
+    Serving is `relay.core`'s: the tracks are local tracks of a `Relay` that holds this
+    process's sessions as peers, so a SUBSCRIBE, FETCH, TRACK_STATUS or SUBSCRIBE_NAMESPACE
+    gets the answer a kvmoq relay gives, from the same code. `limits` bound what peers can
+    make it hold (`RelayLimits`); each track's objects are bounded by its `cache_bytes`.
+    """
+
+    def __init__(self, limits: RelayLimits | None = None) -> None:
+        self.relay = Relay(limits)
         self._tracks: dict[FullTrackName, PublishedTrack] = {}
+        self._served = asyncio.Event()
 
     def track(
         self,
@@ -137,13 +139,14 @@ class Publisher:
         name: bytes,
         *,
         cache_bytes: int = DEFAULT_TRACK_CACHE,
-        extensions: bool = False,
     ) -> PublishedTrack:
-        """The track `namespace`/`name`, created on first use."""
+        """The track `namespace`/`name`, created on first use. The oldest groups past
+        `cache_bytes` go: subscribers that had not read them end TOO_FAR_BEHIND."""
         full = FullTrackName(namespace, name)
         track = self._tracks.get(full)
         if track is None:
-            track = self._tracks[full] = PublishedTrack(full, cache_bytes, extensions)
+            track = PublishedTrack(self, self.relay.open_local(full, cache_bytes))
+            self._tracks[full] = track
         return track
 
     def get(self, name: FullTrackName) -> PublishedTrack | None:
@@ -159,12 +162,13 @@ class Publisher:
         """
         return self.get(name)
 
-    async def remove(self, namespace: tuple[bytes, ...]) -> None:
+    def remove(self, namespace: tuple[bytes, ...]) -> None:
         """Withdraw every track of `namespace`, so a long-running process does not keep all it
         ever published: live subscriptions get PUBLISH_DONE (TRACK_ENDED), later requests
-        find no track."""
+        find no track, and sessions that were told of the namespace hear it is gone."""
         for name in [name for name in self._tracks if name.namespace == namespace]:
-            await self._tracks.pop(name).end()
+            self._tracks.pop(name).ended = True
+            self.relay.close_local(name)
 
     @property
     def namespaces(self) -> set[tuple[bytes, ...]]:
@@ -172,25 +176,55 @@ class Publisher:
 
     def held_bytes(self, namespace: tuple[bytes, ...]) -> int:
         """Object bytes the tracks of `namespace` keep cached."""
-        return sum(
-            track.cache.size for name, track in self._tracks.items() if name.namespace == namespace
-        )
+        return self.relay.local_bytes(namespace)
+
+    def served(self) -> None:
+        """A session handed the relay core a request (see `until`)."""
+        self._served.set()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait until `condition()` holds, checked whenever a session's request was served."""
+        while not condition():
+            self._served.clear()
+            await self._served.wait()
 
 
 class PublishedTrack:
-    """A track this process produces: its cached objects and its live subscriptions."""
+    """A track this process writes; `Publisher.relay` serves it to subscribers."""
 
-    def __init__(self, name: FullTrackName, cache_bytes: int, extensions: bool) -> None:
-        self.name = name
-        self.cache = TrackCache(cache_bytes)
-        self.extensions = extensions
+    def __init__(self, publisher: Publisher, track: Track) -> None:
+        self.name = track.name
         self.ended = False
-        self._deliveries: set[_Delivery] = set()
-        self._subscribed = asyncio.Event()
+        self.largest: Location | None = None
+        self._publisher = publisher
+        self._track = track
 
-    @property
-    def largest(self) -> Location | None:
-        return self.cache.largest
+    def put(
+        self,
+        group_id: int,
+        object_id: int,
+        payload: bytes,
+        *,
+        extensions: bytes = b"",
+        end_of_group: bool = False,
+    ) -> None:
+        """Cache one object and send it to every live subscription.
+
+        Locations must increase: within a group by object id, and a new group above the last.
+        A group ends (its streams FIN) with `end_of_group` or when a later group begins.
+        Never waits: a subscriber slower than the writer reads the cache at its own pace.
+        """
+        if self.ended:
+            raise UsageError(f"track {self.name} has ended")
+        location = Location(group_id, object_id)
+        if self.largest is not None and location <= self.largest:
+            raise UsageError(f"{location} is not after the largest object {self.largest}")
+        obj = TrackObject(object_id, payload, extensions=extensions)
+        try:
+            self._publisher.relay.write_local(self._track, group_id, obj, end_of_group=end_of_group)
+        except ValueError as exc:  # an object bigger than the whole track cache
+            raise UsageError(str(exc)) from None
+        self.largest = location
 
     async def write(
         self,
@@ -201,155 +235,25 @@ class PublishedTrack:
         extensions: bytes = b"",
         end_of_group: bool = False,
     ) -> None:
-        """Cache one object, send it to every live subscription, then wait for room.
+        """`put`, then one turn of the event loop, so that a producer writing many objects
+        lets the sessions send them as it goes."""
+        self.put(group_id, object_id, payload, extensions=extensions, end_of_group=end_of_group)
+        await asyncio.sleep(0)
 
-        Locations must increase: within a group by object id, and a new group above the last.
-        `end_of_group` closes the group's streams (the next object must be in a later group).
-        """
-        if self.ended:
-            raise UsageError(f"track {self.name} has ended")
-        location = Location(group_id, object_id)
-        if self.largest is not None and location <= self.largest:
-            raise UsageError(f"{location} is not after the largest object {self.largest}")
-        if extensions and not self.extensions:
-            raise UsageError("this track was created without extensions")
-        try:
-            self.cache.add(group_id, TrackObject(object_id, payload, extensions=extensions))
-        except ValueError as exc:  # an object bigger than the whole cache
-            raise UsageError(str(exc)) from None
-        if end_of_group:
-            self.cache.mark_complete(group_id)
-        for delivery in list(self._deliveries):
-            delivery.send(group_id, object_id, payload, extensions, end_of_group)
-        await self._drain()
-
-    async def end(self) -> None:
-        """End the track: every subscription gets PUBLISH_DONE (TRACK_ENDED)."""
+    def end(self) -> None:
+        """End the track: subscriptions get PUBLISH_DONE (TRACK_ENDED) once they have every
+        object; it is still served from the cache until `Publisher.remove`."""
         self.ended = True
-        for delivery in list(self._deliveries):
-            delivery.finish(PublishDoneStatus.TRACK_ENDED, "track ended")
-        await self._drain()
-
-    async def _drain(self) -> None:
-        # One slow subscriber holds the producer back: the bound is per connection, and a
-        # KV cache that one decoder cannot take in time is better recomputed than dropped.
-        connections = {d.connection for d in self._deliveries}
-        if not connections:
-            await asyncio.sleep(0)  # a producer with no audience still lets the loop run
-        for connection in connections:
-            try:
-                await connection.drain()
-            except ConnectionError:
-                for delivery in [d for d in self._deliveries if d.connection is connection]:
-                    delivery.drop()
+        self._publisher.relay.end_local(self._track)
 
     @property
     def subscribers(self) -> int:
-        """Live subscriptions (on all sessions) that receive what `write` sends."""
-        return len(self._deliveries)
+        """Live subscriptions (on all sessions) to the track."""
+        return len(self._track.subscribers)
 
     async def wait_subscribed(self) -> None:
-        """Wait until someone subscribes: SUBSCRIBE delivers only objects written after it."""
-        await self._subscribed.wait()
-
-    def attach(self, delivery: _Delivery) -> None:
-        """A session serves this track to one more subscription."""
-        self._deliveries.add(delivery)
-        self._subscribed.set()
-
-    def detach(self, delivery: _Delivery) -> None:
-        self._deliveries.discard(delivery)
-        if not self._deliveries:
-            self._subscribed.clear()
-
-
-class _Delivery:
-    """One peer's subscription to one of our tracks: a filter and the current group's stream."""
-
-    def __init__(
-        self,
-        session: Session,
-        track: PublishedTrack,
-        request_id: int,
-        start: Location,
-        end_group: int | None,
-    ) -> None:
-        self.session = session
-        self.connection = session.connection
-        self.track = track
-        self.request_id = request_id
-        self.start = start
-        self.end_group = end_group
-        self._stream: int | None = None
-        self._group: int | None = None
-
-    def send(
-        self, group_id: int, object_id: int, payload: bytes, extensions: bytes, end: bool
-    ) -> None:
-        if Location(group_id, object_id) < self.start:
-            return
-        if self.end_group is not None and group_id > self.end_group:
-            self.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "range delivered")
-            return
-        if not self._writable():
-            return
-        moqt = self.connection.moqt
-        if self._group != group_id:
-            self._end_stream()
-            self._stream = moqt.open_subgroup(
-                self.request_id, group_id, extensions=self.track.extensions
-            )
-            self._group = group_id
-        assert self._stream is not None
-        moqt.send_object(self._stream, object_id, payload, extensions=extensions, end_stream=end)
-        if end:
-            self._stream = None
-            if group_id == self.end_group:
-                self.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "range delivered")
-        self.connection.transmit()
-
-    def replay(self) -> None:
-        """Send every object the track still caches, each complete group FINed: what a
-        subscription from a peer that needs history gets first (`quirks.PeerQuirks`)."""
-        cached = list(self.track.cache.objects(Location(0, 0)))
-        for index, (group_id, obj) in enumerate(cached):
-            last = index + 1 == len(cached) or cached[index + 1][0] != group_id
-            group = self.track.cache.group(group_id) if last else None
-            end = group is not None and group.complete
-            self.send(group_id, obj.object_id, obj.payload, obj.extensions, end)
-
-    def finish(self, status: PublishDoneStatus, reason: str) -> None:
-        """FIN the open stream and send PUBLISH_DONE."""
-        if not self._writable():
-            return
-        self._end_stream()
-        self.connection.moqt.publish_done(self.request_id, status, reason)
-        self.connection.transmit()
-        self.drop()
-
-    def drop(self) -> None:
-        self.track.detach(self)
-        self.session.forget(self)
-
-    def cancel(self) -> None:
-        """The subscriber left (UNSUBSCRIBE): reset the stream in flight, send nothing more."""
-        if self._stream is not None and self._writable():
-            self.connection.moqt.reset_stream(self._stream)
-            self._stream = None
-        self.drop()
-
-    def _writable(self) -> bool:
-        """False (and the delivery dropped) once the connection is closing: from then on
-        qh3 raises on writes and aioquic discards them, before the session hears of it."""
-        if self.connection.closing:
-            self.drop()
-            return False
-        return True
-
-    def _end_stream(self) -> None:
-        if self._stream is not None:
-            self.connection.moqt.end_stream(self._stream)
-            self._stream = None
+        """Wait until someone subscribes."""
+        await self._publisher.until(lambda: self.subscribers > 0)
 
 
 # Receiving ------------------------------------------------------------------------------
@@ -535,9 +439,15 @@ class Session:
         self._namespace_subscriptions: dict[int, NamespaceSubscription] = {}
         self._peer_namespaces: OrderedDict[tuple[bytes, ...], None] = OrderedDict()
         """Announced by the peer and not withdrawn, as far as this session still hears."""
-        self._deliveries: dict[int, _Delivery] = {}
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        """Work for a peer's request (a track being resolved, a fetch being sent), by id."""
+        self._peer = ConnectionLink.attach(self.publisher.relay, connection, "session")
+        """This session as the publisher's relay core serves it."""
+        self._resolving: dict[int, asyncio.Task[None]] = {}
+        """The peer's requests that wait for `Publisher.resolve`, by request id."""
+
+    @property
+    def resolving(self) -> int:
+        """The peer's requests that wait for `Publisher.resolve` to make their track."""
+        return len(self._resolving)
 
     # Requests ---------------------------------------------------------------------------
 
@@ -584,14 +494,25 @@ class Session:
         return TrackStatus(reply.largest)
 
     async def publish_namespace(self, namespace: tuple[bytes, ...]) -> None:
-        """Announce a namespace (to a relay), so subscribers are routed to this session."""
+        """Announce a namespace (to a relay), so subscribers are routed to this session.
+        Done already if the publisher told the peer of it (it followed a prefix of it)."""
+        if namespace in self._peer.announced:
+            return
         request_id = self.connection.moqt.publish_namespace(namespace)
-        await self._await_reply(request_id)
+        self._peer.announced.add(namespace)
+        try:
+            await self._await_reply(request_id)
+        except RequestRefused:
+            self._peer.announced.discard(namespace)
+            raise
 
     def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
-        """Withdraw an announced namespace: the relay stops routing requests for it here."""
-        self.connection.moqt.publish_namespace_done(namespace)
-        self.connection.transmit()
+        """Withdraw an announced namespace: the relay stops routing requests for it here.
+        Nothing to do if it was withdrawn already (`Publisher.remove`)."""
+        if namespace in self._peer.announced:
+            self._peer.announced.discard(namespace)
+            self.connection.moqt.publish_namespace_done(namespace)
+            self.connection.transmit()
 
     async def subscribe_namespace(self, prefix: tuple[bytes, ...]) -> NamespaceSubscription:
         """Hear of every namespace published under `prefix` (a relay's publishers), and of
@@ -620,17 +541,13 @@ class Session:
         self.forget(request)
         self.connection.transmit()
 
-    def forget(
-        self, request: Subscription | FetchStream | NamespaceSubscription | _Delivery
-    ) -> None:
-        """Stop routing events to a request that is over (ours, or the peer's to us)."""
+    def forget(self, request: Subscription | FetchStream | NamespaceSubscription) -> None:
+        """Stop routing events to a request of ours that is over."""
         registry: dict[int, Any] = (
             self._subscriptions
             if isinstance(request, Subscription)
             else self._fetches
             if isinstance(request, FetchStream)
-            else self._deliveries
-            if isinstance(request, _Delivery)
             else self._namespace_subscriptions
         )
         if registry.get(request.request_id) is request:
@@ -689,12 +606,16 @@ class Session:
 
     def _on_accepted(self, event: ev.RequestAccepted) -> None:
         future = self._replies.get(event.request_id)
-        if future is not None and not future.done():
+        if future is None:
+            self._serve(event)  # an answer to the relay core (PUBLISH_OK to its offer)
+        elif not future.done():
             future.set_result(event.message)
 
     def _on_rejected(self, event: ev.RequestRejected) -> None:
         future = self._replies.get(event.request_id)
-        if future is not None and not future.done():
+        if future is None:
+            self._serve(event)
+        elif not future.done():
             name = type(event.message).__name__.removesuffix("Error")
             future.set_exception(
                 RequestRefused(name, event.message.error_code, event.message.reason)
@@ -718,187 +639,60 @@ class Session:
         self._subscriptions.clear()
         self._fetches.clear()
         self._namespace_subscriptions.clear()
-        for delivery in list(self._deliveries.values()):
-            delivery.drop()
-        for task in list(self._tasks.values()):
+        for task in list(self._resolving.values()):
             task.cancel()
+        self._serve(event)
 
     # Serving our tracks -----------------------------------------------------------------
 
-    def _with_track(
-        self,
-        request_id: int,
-        name: FullTrackName,
-        answer: Callable[[PublishedTrack | None], None],
-        internal_error: int,
+    def _serve(self, event: ev.MoqtEvent) -> None:
+        """Hand a peer's request (or its answer to one of the core's) to the relay core."""
+        self.publisher.relay.handle(self._peer, event)
+        self.publisher.served()
+
+    def _on_track_request(
+        self, event: ev.SubscribeRequested | ev.FetchRequested | ev.TrackStatusRequested
     ) -> None:
-        """Answer a peer's request for one of our tracks: at once when the publisher holds it,
-        else once `Publisher.resolve` has made it, while this and other sessions go on being
+        """A request for one track: served at once when the publisher holds the track, else
+        once `Publisher.resolve` has made it, while this and other sessions go on being
         served. UNSUBSCRIBE, FETCH_CANCEL or the session's end cancel the wait (the
         publisher's work goes on: another request may be waiting for the same track)."""
-        track = self.publisher.get(name)
-        if track is not None:
-            answer(track)
-            self.connection.transmit()
-        else:
-            self._spawn(request_id, self._resolve_then(request_id, name, answer, internal_error))
+        name = event.track if isinstance(event, ev.FetchRequested) else event.message.track
+        if self.publisher.get(name) is not None:
+            self._serve(event)
+            return
+        request_id = event.message.request_id
+        task = asyncio.ensure_future(self._resolve_then_serve(name, event))
+        self._resolving[request_id] = task
+        task.add_done_callback(lambda _: self._resolving.pop(request_id, None))
 
-    async def _resolve_then(
+    async def _resolve_then_serve(
         self,
-        request_id: int,
         name: FullTrackName,
-        answer: Callable[[PublishedTrack | None], None],
-        internal_error: int,
+        event: ev.SubscribeRequested | ev.FetchRequested | ev.TrackStatusRequested,
     ) -> None:
         try:
-            track = await self.publisher.resolve(name)
+            await self.publisher.resolve(name)
         except Exception:
             logger.exception("resolving %s failed", name)  # the peer hears no details
             if not self.connection.closing:
-                self.connection.moqt.reject(request_id, internal_error, "track unavailable")
+                internal = (
+                    FetchErrorCode.INTERNAL_ERROR
+                    if isinstance(event, ev.FetchRequested)
+                    else SubscribeErrorCode.INTERNAL_ERROR
+                )
+                self.connection.moqt.reject(event.message.request_id, internal, "track unavailable")
                 self.connection.transmit()
             return
         if not self.connection.closing:
-            answer(track)
-            self.connection.transmit()
+            self._serve(event)  # the core refuses a track that did not resolve
 
-    def _spawn(self, request_id: int, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` for request `request_id`, cancelled if the request or session ends."""
-        task = asyncio.ensure_future(work)
-        self._tasks[request_id] = task
-
-        def forget(done: asyncio.Task[None]) -> None:
-            if self._tasks.get(request_id) is done:  # not the task that replaced it
-                del self._tasks[request_id]
-
-        task.add_done_callback(forget)
-
-    def _cancel_task(self, request_id: int) -> None:
-        task = self._tasks.pop(request_id, None)
+    def _on_request_over(self, event: ev.Unsubscribed | ev.FetchCancelled) -> None:
+        task = self._resolving.pop(event.request_id, None)
         if task is not None:
-            task.cancel()
-
-    def _on_subscribe(self, event: ev.SubscribeRequested) -> None:
-        message = event.message
-        self._with_track(
-            message.request_id,
-            message.track,
-            lambda track: self._answer_subscribe(message, track),
-            SubscribeErrorCode.INTERNAL_ERROR,
-        )
-
-    def _answer_subscribe(self, message: Subscribe, track: PublishedTrack | None) -> None:
-        moqt = self.connection.moqt
-        if track is None:
-            moqt.reject(
-                message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
-            )
-            return
-        start, end_group = subscription_window(message.filter, track.largest)
-        replay = PeerQuirks.of(moqt.peer_parameters).replays_history
-        if replay:
-            start, end_group = Location(0, 0), None
-        moqt.subscribe_ok(message.request_id, largest=track.largest)
-        delivery = _Delivery(self, track, message.request_id, start, end_group)
-        self._deliveries[message.request_id] = delivery
-        if replay:
-            delivery.replay()
-        past_range = end_group is not None and track.largest and end_group < track.largest.group
-        if track.ended or past_range:
-            delivery.finish(PublishDoneStatus.SUBSCRIPTION_ENDED, "nothing left to deliver")
+            task.cancel()  # the core never heard of it
         else:
-            track.attach(delivery)
-
-    def _on_subscribe_updated(self, event: ev.SubscribeUpdated) -> None:
-        delivery = self._deliveries.get(event.message.subscription_request_id)
-        if delivery is not None:  # an update only narrows
-            delivery.start = max(delivery.start, event.message.start)
-            delivery.end_group = event.message.end_group
-
-    def _on_unsubscribed(self, event: ev.Unsubscribed) -> None:
-        self._cancel_task(event.request_id)
-        delivery = self._deliveries.get(event.request_id)
-        if delivery is not None:
-            delivery.cancel()
-            self.connection.transmit()
-
-    def _on_track_status(self, event: ev.TrackStatusRequested) -> None:
-        message = event.message
-        self._with_track(
-            message.request_id,
-            message.track,
-            lambda track: self._answer_track_status(message.request_id, track),
-            SubscribeErrorCode.INTERNAL_ERROR,
-        )
-
-    def _answer_track_status(self, request_id: int, track: PublishedTrack | None) -> None:
-        if track is None:
-            self.connection.moqt.reject(
-                request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
-            )
-        else:
-            self.connection.moqt.track_status_ok(request_id, largest=track.largest)
-
-    def _on_fetch(self, event: ev.FetchRequested) -> None:
-        message = event.message
-        self._with_track(
-            message.request_id,
-            event.track,
-            lambda track: self._answer_fetch(message, track),
-            FetchErrorCode.INTERNAL_ERROR,
-        )
-
-    def _answer_fetch(self, message: Fetch, track: PublishedTrack | None) -> None:
-        moqt = self.connection.moqt
-        if track is None:
-            moqt.reject(message.request_id, FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track")
-            return
-        window = self._fetch_window(message.target)
-        objects = [] if window is None else list(track.cache.objects(*window))
-        if not objects:
-            moqt.reject(message.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
-            return
-        group_id, last = objects[-1]
-        final = Location(group_id, last.object_id)
-        moqt.fetch_ok(
-            message.request_id,
-            fetch_end(objects),
-            end_of_track=track.ended and final == track.largest,
-        )
-        self._spawn(message.request_id, self._serve_fetch(message.request_id, objects))
-
-    def _fetch_window(
-        self, target: StandaloneFetch | JoiningFetch
-    ) -> tuple[Location, Location] | None:
-        if isinstance(target, StandaloneFetch):
-            return standalone_range(target)
-        joined = self._deliveries.get(target.joining_request_id)
-        return None if joined is None else joining_range(target, joined.start)
-
-    async def _serve_fetch(self, request_id: int, objects: list[tuple[int, TrackObject]]) -> None:
-        moqt = self.connection.moqt
-        stream = moqt.open_fetch_stream(request_id)
-        try:
-            for group_id, obj in objects:
-                moqt.send_fetch_object(
-                    stream,
-                    group_id,
-                    obj.subgroup_id,
-                    obj.object_id,
-                    obj.payload,
-                    publisher_priority=obj.publisher_priority,
-                    status=obj.status,
-                    extensions=obj.extensions,
-                )
-                self.connection.transmit()
-                await self.connection.drain()
-            moqt.end_stream(stream)
-            self.connection.transmit()
-        except ConnectionError:
-            pass  # the session is gone; nothing left to tell
-
-    def _on_fetch_cancelled(self, event: ev.FetchCancelled) -> None:
-        self._cancel_task(event.request_id)
+            self._serve(event)
 
     def _on_publish_offered(self, event: ev.PublishRequested) -> None:
         # This endpoint subscribes explicitly; tracks pushed at it are declined.
@@ -934,11 +728,6 @@ class Session:
             if subscription.covers(announcement.namespace):
                 subscription.put(announcement)
 
-    def _on_namespace_subscribe(self, event: ev.NamespaceSubscribeRequested) -> None:
-        # moq-rs subscribes to every namespace right after setup; accepting costs nothing.
-        self.connection.moqt.subscribe_namespace_ok(event.message.request_id)
-        self.connection.transmit()
-
     _HANDLERS: ClassVar[dict[type, Callable[[Session, Any], None]]] = {
         ev.ObjectReceived: _on_object,
         ev.DataStreamEnded: _on_stream_over,
@@ -947,16 +736,19 @@ class Session:
         ev.RequestAccepted: _on_accepted,
         ev.RequestRejected: _on_rejected,
         ev.SessionClosed: _on_closed,
-        ev.SubscribeRequested: _on_subscribe,
-        ev.SubscribeUpdated: _on_subscribe_updated,
-        ev.Unsubscribed: _on_unsubscribed,
-        ev.TrackStatusRequested: _on_track_status,
-        ev.FetchRequested: _on_fetch,
-        ev.FetchCancelled: _on_fetch_cancelled,
+        ev.SubscribeRequested: _on_track_request,
+        ev.TrackStatusRequested: _on_track_request,
+        ev.FetchRequested: _on_track_request,
+        ev.Unsubscribed: _on_request_over,
+        ev.FetchCancelled: _on_request_over,
+        ev.SubscribeUpdated: _serve,
+        ev.DataStreamStopped: _serve,
+        ev.NamespaceSubscribeRequested: _serve,
+        ev.NamespaceUnsubscribed: _serve,
+        ev.NamespacePublishCancelled: _serve,
         ev.PublishRequested: _on_publish_offered,
         ev.NamespacePublished: _on_namespace_published,
         ev.NamespacePublishDone: _on_namespace_done,
-        ev.NamespaceSubscribeRequested: _on_namespace_subscribe,
     }
 
 

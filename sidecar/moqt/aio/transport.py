@@ -123,7 +123,7 @@ class _EndpointMixin:
 
     def transmit(self) -> None:
         super().transmit()  # type: ignore[misc]
-        if self._drain_waiter is not None and not self._backlogged():
+        if self._drain_waiter is not None and not self.backlogged():
             self._wake_writer(None)
 
     # The layers above call these.
@@ -159,13 +159,14 @@ class _EndpointMixin:
         while True:
             if self.closing:
                 raise ConnectionError("QUIC connection closed")
-            if not self._backlogged():
+            if not self.backlogged():
                 return
             if self._drain_waiter is None:
                 self._drain_waiter = self._loop.create_future()
             await asyncio.shield(self._drain_waiter)
 
-    def _backlogged(self) -> bool:
+    def backlogged(self) -> bool:
+        """Whether more than `max_send_backlog` bytes wait to be sent."""
         return self._backend.send_backlog(self._quic) > self._settings.max_send_backlog
 
     def _wake_writer(self, exc: Exception | None) -> None:
@@ -313,6 +314,9 @@ class MoqtConnection:
     async def drain(self) -> None:
         """Wait until the send backlog is under the limit; ConnectionError once closed."""
         await self.endpoint.drain()
+
+    def backlogged(self) -> bool:
+        return self.endpoint.backlogged()
 
     @property
     def closing(self) -> bool:

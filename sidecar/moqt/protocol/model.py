@@ -121,8 +121,11 @@ class TrackCache:
         group.objects[obj.object_id] = obj
         group.size += obj.size
         self.size += obj.size
-        if obj.status in (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK):
-            group.complete = True
+        if (
+            obj.status in (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK)
+            and 0 in group.objects
+        ):
+            group.complete = True  # whole only from object 0: not a mid-group joiner's marker
         location = Location(group_id, obj.object_id)
         if self.largest is None or location > self.largest:
             self.largest = location

@@ -1,9 +1,10 @@
 """Where subscriptions and fetches start and end: draft-14's rules as pure functions.
 
-Both serving paths (a relay's, `relay.core`, and a local publisher's, `aio.api`) answer SUBSCRIBE
-and FETCH with these, so they cannot disagree on a window (they did: on the "whole group"
-end, and on a joining FETCH whose subscription starts at object 0). Locations are
-inclusive on both ends here; FETCH_OK's exclusive End is `messages.fetch_end`.
+`relay.core` answers SUBSCRIBE and FETCH with these for every track it serves, a relay's
+and a publisher's own alike (it once had a second copy of them in the publisher, and the
+two disagreed on the "whole group" end and on a joining FETCH whose subscription starts at
+object 0). Locations are inclusive on both ends here; FETCH_OK's exclusive End is
+`messages.fetch_end`.
 """
 
 from __future__ import annotations
@@ -25,22 +26,25 @@ def after(largest: Location | None) -> Location:
 
 
 def subscription_window(
-    filter: SubscriptionFilter, largest: Location | None, *, history: bool = False
+    filter: SubscriptionFilter, largest: Location | None
 ) -> tuple[Location, int | None]:
     """The first location a subscription delivers and its last group (None: open-ended).
 
     Next Group Start begins at the group after the largest object, Largest Object right after
-    it, an absolute filter at its start; with nothing published yet, at 0/0. A SUBSCRIBE
-    delivers only new objects (past ones are FETCH's), so an absolute start before the
-    largest object is moved after it, unless ``history``: a relay serves what it caches from
-    an absolute start, and a publisher does so for peers that need it (`quirks`).
+    it, an absolute filter at its start; with nothing published yet, at 0/0.
+
+    An absolute start before the largest object is kept: what the track still holds from
+    there is served first. Draft-14 leaves past objects to FETCH, but a relay cluster
+    resumes a subscription from an absolute start right after the last object it has
+    (`relay.core`), and objects written while it was away would be lost otherwise; a
+    subscriber that FETCHes the same range as well gets objects twice, and drops them.
     """
     if filter.filter_type == FilterType.NEXT_GROUP_START:
         return (START if largest is None else Location(largest.group + 1, 0)), None
     if filter.filter_type == FilterType.LARGEST_OBJECT:
         return after(largest), None
     assert filter.start is not None
-    return (filter.start if history else max(filter.start, after(largest))), filter.end_group
+    return filter.start, filter.end_group
 
 
 def standalone_range(target: StandaloneFetch) -> tuple[Location, Location]:

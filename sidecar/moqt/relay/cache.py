@@ -21,6 +21,11 @@ not cached as if it were the whole group (a FETCH from the publisher may refill 
 
 Every object is charged ``OBJECT_OVERHEAD`` bytes on top of its payload, so a peer cannot fill
 the relay with millions of empty status objects that weigh nothing.
+
+A track this process writes itself (``Relay.open_local``: a publisher's own) is *pinned*: its
+objects exist nowhere else, so the budget and the LRU order must not drop them for another
+track's sake. A pinned track has a bound of its own, set by its writer, and leaves only when
+its writer ``unpin``s it.
 """
 
 from __future__ import annotations
@@ -47,12 +52,37 @@ class RelayCache:
         self._charged: OrderedDict[_GroupKey, int] = OrderedDict()  # oldest-touched first
         self._evicted: OrderedDict[FullTrackName, int] = OrderedDict()  # newest evicted group
         self._evicted_groups: OrderedDict[_GroupKey, None] = OrderedDict()
+        self._pinned: set[FullTrackName] = set()
+
+    def pin(self, track: FullTrackName, max_bytes: int) -> None:
+        """Hold ``track`` outside the budget, in at most ``max_bytes`` (its oldest groups go
+        first past that), until ``unpin``. A track already cached keeps nothing it had."""
+        self.unpin(track)
+        self._drop(track)
+        self._tracks[track] = TrackCache(max_bytes)
+        self._pinned.add(track)
+
+    def unpin(self, track: FullTrackName) -> None:
+        """Forget a pinned track and everything it holds."""
+        if track in self._pinned:
+            self._pinned.discard(track)
+            self._tracks.pop(track, None)
+            self._groups.pop(track, None)
+
+    def track_bytes(self, track: FullTrackName) -> int:
+        """Object bytes cached for ``track``."""
+        cache = self._tracks.get(track)
+        return cache.size if cache is not None else 0
 
     def add(
         self, track: FullTrackName, group_id: int, obj: TrackObject, *, refill: bool = False
     ) -> None:
         """Store an object; one larger than the whole budget is not stored, nor (unless it
-        ``refill``s the group from a FETCH) one of a group that was evicted."""
+        ``refill``s the group from a FETCH) one of a group that was evicted. A pinned track
+        evicts only its own groups; an object larger than its bound raises ValueError."""
+        if track in self._pinned:
+            self._add_pinned(track, group_id, obj)
+            return
         cost = obj.size + OBJECT_OVERHEAD
         key = (track, group_id)
         if cost > self.max_bytes or (not refill and key in self._evicted_groups):
@@ -72,6 +102,12 @@ class RelayCache:
         self.size += extra
         self._evict()
 
+    def _add_pinned(self, track: FullTrackName, group_id: int, obj: TrackObject) -> None:
+        self._groups.setdefault(track, set()).add(group_id)
+        for evicted in self._tracks[track].add(group_id, obj):
+            self._groups[track].discard(evicted)
+            self._evicted[track] = max(evicted, self._evicted.pop(track, -1))
+
     def mark_complete(self, track: FullTrackName, group_id: int) -> None:
         cache = self._tracks.get(track)
         if cache is not None:
@@ -86,7 +122,7 @@ class RelayCache:
         serves nobody from the cache, such as the live path closing a stream)."""
         cache = self._tracks.get(track)
         group = cache.group(group_id) if cache is not None else None
-        if group is not None and touch:
+        if group is not None and touch and track not in self._pinned:
             self._charged.move_to_end((track, group_id))
         return group
 
@@ -121,6 +157,12 @@ class RelayCache:
             for record in (self._evicted, self._evicted_groups):
                 if len(record) > MAX_EVICTION_RECORDS:
                     record.popitem(last=False)
+
+    def _drop(self, track: FullTrackName) -> None:
+        """Forget every group of an unpinned track, as if each were evicted."""
+        for group_id in list(self._groups.get(track, ())):
+            self._tracks[track].discard(group_id)
+            self._forget(track, group_id)
 
     def _forget(self, track: FullTrackName, group_id: int) -> None:
         self.size -= self._charged.pop((track, group_id), 0)

@@ -25,6 +25,14 @@ and a FETCH of a range already in flight upstream waits for that one and is serv
 the cache it fills. An edge is otherwise an ordinary peer of its upstream: it announces,
 follows prefixes and PUBLISHes pushed tracks there as any publisher or subscriber would, so
 the root can be any draft-14 relay.
+
+Why a publisher runs this too: serving a track is the same work wherever its objects come
+from, so a process that writes tracks itself (``aio.api.Publisher``) keeps them here as
+*local* tracks (``open_local``, ``write_local``, ``end_local``, ``close_local``): an upstream
+that is this process, always live, kept in a pinned part of the cache (``RelayCache.pin``).
+Its sessions' SUBSCRIBE, FETCH, TRACK_STATUS and SUBSCRIBE_NAMESPACE get exactly the answers a
+relay gives, by the same code, and a subscriber slower than the writer reads the pinned cache
+at its own pace instead of holding the writer back.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ from ..protocol.model import (
 from ..protocol.quirks import PeerQuirks
 from ..protocol.session import MoqtSession
 from ..protocol.windows import (
+    START,
     after,
     end_object,
     joining_range,
@@ -201,11 +210,17 @@ class UpstreamState(Enum):
     LOST = auto()  # the upstream relay left: subscribers wait for it (Relay.attach_upstream)
 
 
+LOCAL_STREAM = -1
+"""The key of a local track's open group among ``Track.live_streams`` (QUIC stream ids are
+never negative): this process writes one group at a time."""
+
+
 @dataclass(eq=False)
 class Upstream:
-    """Where a track's objects come from: a SUBSCRIBE the relay sent, or a PUBLISH."""
+    """Where a track's objects come from: a SUBSCRIBE the relay sent, a PUBLISH, or (``peer``
+    None) this process (``Relay.open_local``)."""
 
-    peer: Peer
+    peer: Peer | None
     request_id: int
     state: UpstreamState
     pushed: bool = False  # the publisher sent PUBLISH: it keeps the track until it ends it
@@ -232,14 +247,20 @@ class Track:
     def upstream_in(self, state: UpstreamState) -> bool:
         return self.upstream is not None and self.upstream.state is state
 
+    @property
+    def local(self) -> bool:
+        """Whether this process writes the track (``Relay.open_local``) and has not ended it."""
+        return self.upstream is not None and self.upstream.peer is None
+
     def attach(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        upstream.peer.upstreams[upstream.request_id] = self
+        if upstream.peer is not None:
+            upstream.peer.upstreams[upstream.request_id] = self
 
     def detach(self) -> Upstream | None:
         """Forget the upstream (its peer forgets the track too); the one it had, if any."""
         upstream, self.upstream = self.upstream, None
-        if upstream is not None:
+        if upstream is not None and upstream.peer is not None:
             upstream.peer.upstreams.pop(upstream.request_id, None)
         return upstream
 
@@ -290,6 +311,7 @@ class Relay:
         self._upstream_prefixes: set[Namespace] = set()  # SUBSCRIBE_NAMESPACEs sent to it
         # FETCHes sent upstream, by range, so a second FETCH of a range waits for the first.
         self._inflight: dict[tuple[FullTrackName, Location, Location], DownstreamFetch] = {}
+        self._local: set[FullTrackName] = set()  # opened here and not closed
         self._dirty: set[Peer] = set()
 
     # ------------------------------------------------------------------------------------
@@ -372,6 +394,75 @@ class Relay:
         self._peer_left(peer)
 
     # ------------------------------------------------------------------------------------
+    # Tracks this process writes (see the module docstring).
+
+    def open_local(self, name: FullTrackName, max_bytes: int) -> Track:
+        """Start a track this process writes, held in at most ``max_bytes`` of pinned cache
+        (its oldest groups go past that); namespace subscribers hear of it. UsageError when
+        the relay holds as many tracks as it may, or the track has a publisher already."""
+        track = self._track(name)
+        if track is None:
+            raise UsageError(f"{name}: the relay holds {self.limits.max_tracks} tracks")
+        if track.upstream is not None:
+            raise UsageError(f"{name} already has a publisher")
+        self.cache.pin(name, max_bytes)
+        self._local.add(name)
+        track.attach(Upstream(None, 0, UpstreamState.LIVE, pushed=True))
+        for follower in self.namespaces.interested_in(name.namespace):
+            self._guarded(follower, lambda peer: self._tell_local(peer, track))
+        return track
+
+    def _tell_local(self, peer: Peer, track: Track) -> None:
+        self._announce(peer, track.name.namespace)
+        self._offer(peer, track)
+
+    def write_local(
+        self, track: Track, group_id: int, obj: TrackObject, *, end_of_group: bool
+    ) -> None:
+        """Cache one object of a local track and send it on to its subscribers; its group
+        ends with ``end_of_group`` or when a later group begins. The caller keeps locations
+        increasing; ValueError for an object larger than the track's bound."""
+        open_group = track.live_streams.get(LOCAL_STREAM)
+        if open_group is not None and open_group[0] != group_id:
+            self._stream_over(track, LOCAL_STREAM, reset=False)
+        self._arrived(track, LOCAL_STREAM, group_id, obj)
+        if end_of_group:
+            self._stream_over(track, LOCAL_STREAM, reset=False)
+        self._transmit()
+
+    def end_local(self, track: Track) -> None:
+        """End a local track: subscribers get PUBLISH_DONE (TRACK_ENDED) once they have what
+        it holds, and later requests are served from the pinned cache until ``close_local``."""
+        upstream = track.upstream
+        if upstream is None or upstream.peer is not None:
+            return  # ended already
+        upstream.end(PublishDoneStatus.TRACK_ENDED, "track ended")
+        if LOCAL_STREAM in track.live_streams:
+            self._stream_over(track, LOCAL_STREAM, reset=False)  # ends the track too
+        else:
+            self._upstream_over(track)
+        self._transmit()
+
+    def close_local(self, name: FullTrackName) -> None:
+        """End a local track and forget what it holds; a namespace with no local track left
+        is withdrawn (PUBLISH_NAMESPACE_DONE) from the peers that were told of it."""
+        track = self.tracks.get(name)
+        if track is not None:
+            self.end_local(track)
+        self.cache.unpin(name)
+        self._local.discard(name)
+        if not self._local_namespaces(name.namespace):
+            self._withdraw(name.namespace)
+        self._transmit()
+
+    def local_bytes(self, namespace: Namespace) -> int:
+        """Object bytes the local tracks of ``namespace`` hold."""
+        return sum(self.cache.track_bytes(n) for n in self._local if n.namespace == namespace)
+
+    def _local_namespaces(self, prefix: Namespace) -> set[Namespace]:
+        return {n.namespace for n in self._local if has_prefix(n.namespace, prefix)}
+
+    # ------------------------------------------------------------------------------------
     # Namespaces.
 
     def _on_namespace_published(self, peer: Peer, event: ev.NamespacePublished) -> None:
@@ -407,7 +498,8 @@ class Relay:
             )
             return
         self._session(peer).subscribe_namespace_ok(message.request_id)
-        for namespace in self.namespaces.published_under(message.namespace):
+        published = self.namespaces.published_under(message.namespace)
+        for namespace in sorted({*published, *self._local_namespaces(message.namespace)}):
             self._announce(peer, namespace)
         for track in list(self.tracks.values()):
             if has_prefix(track.name.namespace, message.namespace):
@@ -530,9 +622,11 @@ class Relay:
     ) -> None:
         """Start a downstream subscription (a SUBSCRIBE accepted, or a PUBLISH the peer
         accepted) on ``wants``' filter: through the cache first with ``replay``, else live."""
-        start, end_group = subscription_window(wants.filter, largest, history=True)
-        sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
+        start, end_group = subscription_window(wants.filter, largest)
         quirks = PeerQuirks.of(peer.moqt.peer_parameters)
+        if quirks.replays_history:
+            start, end_group, replay = START, None, True
+        sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
         sub.joined_open = start.object > 0 and quirks.closes_joined_groups
         track.subscribers.append(sub)
         peer.downstreams[request_id] = sub
@@ -831,8 +925,12 @@ class Relay:
     def _fetch_from_cache(self, fetch: DownstreamFetch) -> None:
         objects = list(self.cache.objects(fetch.track, fetch.start, fetch.end))
         session = self._session(fetch.peer)
+        if not objects and not self.cache.has_track(fetch.track):
+            code, reason = FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+            session.reject(fetch.request_id, code, reason)
+            return
         if not objects:
-            session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing cached")
+            session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
             return
         session.fetch_ok(
             fetch.request_id,
@@ -886,24 +984,36 @@ class Relay:
         track = peer.upstreams.get(event.request_id)
         if track is None:
             return
-        location = Location(event.group_id, event.object_id)
+        if event.source == ev.ObjectSource.DATAGRAM:
+            if self._cache_new(track, event.group_id, obj):
+                self._forward_datagram(track, event)
+            return
+        assert event.stream_id is not None
+        self._arrived(track, event.stream_id, event.group_id, obj)
+
+    def _cache_new(self, track: Track, group_id: int, obj: TrackObject) -> bool:
+        """Cache an object from upstream; False if the group was whole here already."""
+        location = Location(group_id, obj.object_id)
         if track.largest is None or location > track.largest:
             track.largest = location
-        cached = self.cache.group(track.name, event.group_id, touch=False)
+        cached = self.cache.group(track.name, group_id, touch=False)
         if cached is not None and cached.complete:
             # Sent again: an upstream relay replays what this edge already holds whole for a
             # later subscriber. Whoever here wants the group read it from the cache already.
+            return False
+        self.cache.add(track.name, group_id, obj)
+        return True
+
+    def _arrived(self, track: Track, stream: int, group_id: int, obj: TrackObject) -> None:
+        """An object on one of the track's live group streams: cache it, pass it on."""
+        if not self._cache_new(track, group_id, obj):
             return
-        self.cache.add(track.name, event.group_id, obj)
-        if event.source == ev.ObjectSource.DATAGRAM:
-            self._forward_datagram(track, event)
-            return
-        assert event.stream_id is not None
-        track.live_streams[event.stream_id] = (event.group_id, subgroup)
+        track.live_streams[stream] = (group_id, obj.subgroup_id)
+        location = Location(group_id, obj.object_id)
         for sub in list(track.subscribers):
             if sub.live and sub.wants(location):
-                self._enqueue(sub.peer, Send(sub, event.group_id, obj))
-            elif sub.live and sub.end_group is not None and event.group_id > sub.end_group:
+                self._enqueue(sub.peer, Send(sub, group_id, obj))
+            elif sub.live and sub.end_group is not None and group_id > sub.end_group:
                 self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")
 
     def _forward_datagram(self, track: Track, event: ev.ObjectReceived) -> None:
@@ -935,12 +1045,20 @@ class Relay:
             self._upstream_fetch_over(fetch, whole=not reset, reason="upstream reset the fetch")
             return
         track = peer.upstreams.get(event.request_id)
-        if track is None:
-            return
-        key = track.live_streams.pop(event.stream_id, None)
+        if track is not None:
+            self._stream_over(track, event.stream_id, reset)
+
+    def _stream_over(self, track: Track, stream: int, reset: bool) -> None:
+        """One of the track's live group streams ended: its group is whole unless ``reset``,
+        or unless the stream joined the group mid-way. A subscription that starts after the
+        newest object gets the rest of that group, and when there is none, only an
+        END_OF_GROUP status object: a group without its object 0 is not whole here, however
+        its stream ended (a FETCH of it goes upstream)."""
+        key = track.live_streams.pop(stream, None)
         if key is None:
             return
-        if not reset:
+        group = self.cache.group(track.name, key[0], touch=False)
+        if not reset and group is not None and 0 in group.objects:
             self.cache.mark_complete(track.name, key[0])
         for sub in track.subscribers:
             self._enqueue(sub.peer, EndStream(sub, key, reset))
@@ -1368,6 +1486,7 @@ class Relay:
                 and not track.waiting
             ):
                 track.detach()
+                assert upstream.peer is not None  # pushed=False: a SUBSCRIBE we sent
                 self._session(upstream.peer).unsubscribe(upstream.request_id)
                 track.live_streams.clear()
                 self._drop_idle(track.name)

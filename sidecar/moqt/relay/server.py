@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..aio import transport
-from ..aio.quic_backend import QuicSettings, load_backend
+from ..aio.quic_backend import QuicSettings
 from ..protocol.events import MoqtEvent
 from .core import Peer, Relay, RelayLimits
+from .link import ConnectionLink
 
 logger = logging.getLogger(__name__)
 
@@ -53,37 +54,6 @@ RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 10.0
 WAIT_TIMEOUTS = 3
 RESUME_EVERY_S = 1.0
-
-
-class _ConnectionLink:
-    """A relay peer's connection as ``core`` sees it."""
-
-    def __init__(
-        self, connection: transport.MoqtConnection, settings: QuicSettings, relay: Relay
-    ) -> None:
-        self._connection = connection
-        self._send_backlog = load_backend(settings.backend).send_backlog
-        self._limit = settings.max_send_backlog
-        self._relay = relay
-        self._drain_task: asyncio.Task[None] | None = None
-        self.peer: Peer | None = None
-
-    def backlogged(self) -> bool:
-        return self._send_backlog(self._connection.endpoint.quic) > self._limit
-
-    def transmit(self) -> None:
-        self._connection.transmit()
-
-    def wake_when_drained(self) -> None:
-        self._drain_task = asyncio.ensure_future(self._resume_after_drain())
-
-    async def _resume_after_drain(self) -> None:
-        try:
-            await self._connection.drain()
-        except ConnectionError:
-            return  # the session's SessionClosed event cleans up
-        if self.peer is not None:
-            self._relay.resume(self.peer)
 
 
 @dataclass(eq=False)
@@ -121,7 +91,7 @@ async def start_relay(
     numbers = itertools.count(1)
 
     def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
-        return _attach(relay, connection, settings, f"session-{next(numbers)}")[1]
+        return _attach(relay, connection, f"session-{next(numbers)}")[1]
 
     server = await transport.serve(host, port, settings, on_session, cert=cert, key=key)
     url = f"moqt://{transport.MoqtUrl(host, port, '/').authority}"
@@ -132,11 +102,10 @@ async def start_relay(
 
 
 def _attach(
-    relay: Relay, connection: transport.MoqtConnection, settings: QuicSettings, name: str
+    relay: Relay, connection: transport.MoqtConnection, name: str
 ) -> tuple[Peer, transport.MoqtEventHandler]:
     """Make ``connection`` a peer of ``relay``; its events go to the relay from now on."""
-    link = _ConnectionLink(connection, settings, relay)
-    peer = link.peer = relay.add_peer(connection.moqt, link, name)
+    peer = ConnectionLink.attach(relay, connection, name)
 
     def on_event(event: MoqtEvent) -> None:
         relay.handle(peer, event)
@@ -186,7 +155,7 @@ async def _upstream_session(relay: Relay, url: str, settings: QuicSettings) -> N
     peers: list[Peer] = []
 
     def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
-        peer, handler = _attach(relay, connection, settings, f"upstream {url}")
+        peer, handler = _attach(relay, connection, f"upstream {url}")
         peers.append(peer)
         return handler
 

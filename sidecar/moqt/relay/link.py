@@ -1,0 +1,44 @@
+"""A session's connection as ``core.Relay`` sees it (``core.PeerLink``), on asyncio.
+
+Shared by the relay's server and by publishing applications (``aio.api``): both hand their
+sessions to a ``Relay`` the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..aio import transport
+from .core import Peer, Relay
+
+
+class ConnectionLink:
+    def __init__(self, connection: transport.MoqtConnection, relay: Relay) -> None:
+        self._connection = connection
+        self._relay = relay
+        self._drain_task: asyncio.Task[None] | None = None
+        self._peer: Peer | None = None
+
+    @classmethod
+    def attach(cls, relay: Relay, connection: transport.MoqtConnection, name: str) -> Peer:
+        """Make ``connection`` a peer of ``relay``; hand its events to ``relay.handle``."""
+        link = cls(connection, relay)
+        peer = link._peer = relay.add_peer(connection.moqt, link, name)
+        return peer
+
+    def backlogged(self) -> bool:
+        return self._connection.backlogged()
+
+    def transmit(self) -> None:
+        self._connection.transmit()
+
+    def wake_when_drained(self) -> None:
+        self._drain_task = asyncio.ensure_future(self._resume_after_drain())
+
+    async def _resume_after_drain(self) -> None:
+        try:
+            await self._connection.drain()
+        except ConnectionError:
+            return  # the session's SessionClosed event cleans up
+        if self._peer is not None:
+            self._relay.resume(self._peer)
