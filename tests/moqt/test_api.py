@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -12,7 +13,7 @@ import pytest
 
 from sidecar.address import free_udp_port
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import BACKENDS, QuicSettings
+from sidecar.moqt.aio.quic_backend import BACKENDS, MiB, QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
@@ -21,6 +22,7 @@ from sidecar.moqt.protocol.errors import (
     UsageError,
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
+from sidecar.moqt.relay.core import RelayLimits
 
 HOST = "127.0.0.1"
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2-135m", b"0123abcd")
@@ -313,6 +315,42 @@ def test_subscriber_that_does_not_read_overflows_instead_of_growing(
             await write_groups(track, range(4, 6), 2)
             assert (await session.track_status(TRACK)).largest == Location(5, 1)
             assert track.subscribers == 0
+
+    run(main)
+
+
+def test_a_writer_goes_at_the_pace_of_its_subscriber_and_loses_it_no_object(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    """Eight times the track's cache through one subscription, written as fast as the writer
+    can: it waits for the subscriber (write_backlog), so nothing waits long enough to be
+    sent to the cache instead, where most of it would be evicted already (TOO_FAR_BEHIND)."""
+    limits = RelayLimits(max_queued_bytes=4 * MiB)
+    publisher = api.Publisher(limits, write_backlog=MiB)
+    track = publisher.track(NAMESPACE, b"int8", cache_bytes=4 * MiB)
+    groups, objects, size = 32, 4, 256 * 1024
+    # A short QUIC send backlog, so that what the network has not taken waits in the outbox.
+    short = dataclasses.replace(settings, max_send_backlog=256 * 1024)
+
+    async def main() -> None:
+        async with (
+            publisher_server(short, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            subscription = await session.subscribe(TRACK)
+            reading = asyncio.ensure_future(read_all(subscription))
+            served = publisher.relay.tracks[TRACK]
+            most_queued = 0
+            for group in range(groups):
+                for obj in range(objects):
+                    last = obj == objects - 1
+                    await track.write(group, obj, payload(group, obj, size), end_of_group=last)
+                    most_queued = max(most_queued, publisher.relay.queued_bytes(served))
+            assert most_queued <= publisher.write_backlog
+            track.end()
+            received = sorted(await reading, key=lambda obj: obj.location)  # groups interleave
+            assert_objects(received, [(g, o) for g in range(groups) for o in range(objects)], size)
+            assert subscription.done_status == PublishDoneStatus.TRACK_ENDED
 
     run(main)
 

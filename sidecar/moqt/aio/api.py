@@ -9,7 +9,8 @@ a process's tracks meet its subscribers, and its own requests meet their answers
   and every session hands that core the peer's SUBSCRIBE, FETCH, TRACK_STATUS and
   SUBSCRIBE_NAMESPACE, so a kvmoq publisher answers exactly as a kvmoq relay does (cached
   objects from an absolute start, FETCH from the cache, PUBLISH_NAMESPACE and PUBLISH to a
-  namespace subscriber, a slow subscriber reading the cache at its own pace). What the core
+  namespace subscriber). `await track.write(...)` also paces the writer to the track's
+  slowest subscriber (`WRITE_BACKLOG`). What the core
   cannot do, being sans-I/O, stays here: a request for a track the publisher does not hold
   yet waits for `Publisher.resolve` in a task, and is handed on once it is made.
 * `Session` is one MoQT session as the application sees it: `subscribe`, `fetch`,
@@ -58,6 +59,10 @@ T = TypeVar("T")
 
 DEFAULT_TRACK_CACHE = 256 * MiB
 DEFAULT_RECEIVE_BUFFER = 256 * MiB
+WRITE_BACKLOG = 16 * MiB
+"""Bytes that may wait for one subscriber of a track before `PublishedTrack.write` waits:
+well under `RelayLimits.max_queued_bytes`, so a subscriber that keeps up with the network is
+never sent to read the cache instead (which a bounded track cache could evict first)."""
 REQUEST_TIMEOUT = 10.0
 MAX_PEER_NAMESPACES = 4096
 """Namespaces the peer announced that a session remembers for a later SUBSCRIBE_NAMESPACE
@@ -125,13 +130,17 @@ class Publisher:
     Serving is `relay.core`'s: the tracks are local tracks of a `Relay` that holds this
     process's sessions as peers, so a SUBSCRIBE, FETCH, TRACK_STATUS or SUBSCRIBE_NAMESPACE
     gets the answer a kvmoq relay gives, from the same code. `limits` bound what peers can
-    make it hold (`RelayLimits`); each track's objects are bounded by its `cache_bytes`.
+    make it hold (`RelayLimits`); each track's objects are bounded by its `cache_bytes`;
+    `write_backlog` is how far a writer may run ahead of a track's slowest subscriber.
     """
 
-    def __init__(self, limits: RelayLimits | None = None) -> None:
+    def __init__(
+        self, limits: RelayLimits | None = None, *, write_backlog: int = WRITE_BACKLOG
+    ) -> None:
         self.relay = Relay(limits)
+        self.write_backlog = write_backlog
         self._tracks: dict[FullTrackName, PublishedTrack] = {}
-        self._served = asyncio.Event()
+        self._changed = asyncio.Event()
 
     def track(
         self,
@@ -178,15 +187,16 @@ class Publisher:
         """Object bytes the tracks of `namespace` keep cached."""
         return self.relay.local_bytes(namespace)
 
-    def served(self) -> None:
-        """A session handed the relay core a request (see `until`)."""
-        self._served.set()
+    def notify(self) -> None:
+        """A session's request was served, or a session's connection drained: what `until`
+        waits for may hold now."""
+        self._changed.set()
 
     async def until(self, condition: Callable[[], bool]) -> None:
-        """Wait until `condition()` holds, checked whenever a session's request was served."""
+        """Wait until `condition()` holds, checked at each `notify`."""
         while not condition():
-            self._served.clear()
-            await self._served.wait()
+            self._changed.clear()
+            await self._changed.wait()
 
 
 class PublishedTrack:
@@ -212,7 +222,7 @@ class PublishedTrack:
 
         Locations must increase: within a group by object id, and a new group above the last.
         A group ends (its streams FIN) with `end_of_group` or when a later group begins.
-        Never waits: a subscriber slower than the writer reads the cache at its own pace.
+        Never waits (see `write`): a subscriber that falls behind reads the cache instead.
         """
         if self.ended:
             raise UsageError(f"track {self.name} has ended")
@@ -235,10 +245,14 @@ class PublishedTrack:
         extensions: bytes = b"",
         end_of_group: bool = False,
     ) -> None:
-        """`put`, then one turn of the event loop, so that a producer writing many objects
-        lets the sessions send them as it goes."""
+        """`put`, then wait while more than `Publisher.write_backlog` bytes wait for one of
+        the track's subscribers: the writer goes at the pace of its slowest subscriber, as
+        a live source with a bounded cache must (one gone for good stops counting when its
+        session ends). Always yields to the event loop at least once."""
         self.put(group_id, object_id, payload, extensions=extensions, end_of_group=end_of_group)
         await asyncio.sleep(0)
+        publisher, relay = self._publisher, self._publisher.relay
+        await publisher.until(lambda: relay.queued_bytes(self._track) <= publisher.write_backlog)
 
     def end(self) -> None:
         """End the track: subscriptions get PUBLISH_DONE (TRACK_ENDED) once they have every
@@ -439,7 +453,9 @@ class Session:
         self._namespace_subscriptions: dict[int, NamespaceSubscription] = {}
         self._peer_namespaces: OrderedDict[tuple[bytes, ...], None] = OrderedDict()
         """Announced by the peer and not withdrawn, as far as this session still hears."""
-        self._peer = ConnectionLink.attach(self.publisher.relay, connection, "session")
+        self._peer = ConnectionLink.attach(
+            self.publisher.relay, connection, "session", on_resumed=self.publisher.notify
+        )
         """This session as the publisher's relay core serves it."""
         self._resolving: dict[int, asyncio.Task[None]] = {}
         """The peer's requests that wait for `Publisher.resolve`, by request id."""
@@ -648,7 +664,7 @@ class Session:
     def _serve(self, event: ev.MoqtEvent) -> None:
         """Hand a peer's request (or its answer to one of the core's) to the relay core."""
         self.publisher.relay.handle(self._peer, event)
-        self.publisher.served()
+        self.publisher.notify()
 
     def _on_track_request(
         self, event: ev.SubscribeRequested | ev.FetchRequested | ev.TrackStatusRequested

@@ -455,6 +455,11 @@ class Relay:
             self._withdraw(name.namespace)
         self._transmit()
 
+    def queued_bytes(self, track: Track) -> int:
+        """The most object bytes waiting for one subscriber of ``track`` (in its peer's
+        outbox): what a writer that paces itself to its slowest subscriber watches."""
+        return max((sub.peer.outbox.queued_bytes for sub in track.subscribers), default=0)
+
     def local_bytes(self, namespace: Namespace) -> int:
         """Object bytes the local tracks of ``namespace`` hold."""
         return sum(self.cache.track_bytes(n) for n in self._local if n.namespace == namespace)

@@ -7,22 +7,36 @@ sessions to a ``Relay`` the same way.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from ..aio import transport
 from .core import Peer, Relay
 
 
 class ConnectionLink:
-    def __init__(self, connection: transport.MoqtConnection, relay: Relay) -> None:
+    def __init__(
+        self,
+        connection: transport.MoqtConnection,
+        relay: Relay,
+        on_resumed: Callable[[], None] | None = None,
+    ) -> None:
         self._connection = connection
         self._relay = relay
+        self._on_resumed = on_resumed
         self._drain_task: asyncio.Task[None] | None = None
         self._peer: Peer | None = None
 
     @classmethod
-    def attach(cls, relay: Relay, connection: transport.MoqtConnection, name: str) -> Peer:
-        """Make ``connection`` a peer of ``relay``; hand its events to ``relay.handle``."""
-        link = cls(connection, relay)
+    def attach(
+        cls,
+        relay: Relay,
+        connection: transport.MoqtConnection,
+        name: str,
+        on_resumed: Callable[[], None] | None = None,
+    ) -> Peer:
+        """Make ``connection`` a peer of ``relay``; hand its events to ``relay.handle``.
+        ``on_resumed`` is called each time the relay wrote more to it after a drain."""
+        link = cls(connection, relay, on_resumed)
         peer = link._peer = relay.add_peer(connection.moqt, link, name)
         return peer
 
@@ -42,3 +56,5 @@ class ConnectionLink:
             return  # the session's SessionClosed event cleans up
         if self._peer is not None:
             self._relay.resume(self._peer)
+        if self._on_resumed is not None:
+            self._on_resumed()
