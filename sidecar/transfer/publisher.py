@@ -88,6 +88,10 @@ class KVPublisher(Publisher):
         self._prompts[prompt.namespace] = prompt
         return prompt
 
+    def holds(self, prompt: PublishedPrompt) -> bool:
+        """Whether `prompt` is still published here (not removed since)."""
+        return self._prompts.get(prompt.namespace) is prompt
+
     def remove(self, namespace: tuple[bytes, ...]) -> None:
         """Forget a prompt and withdraw its tracks (catalog included)."""
         self._prompts.pop(namespace, None)
@@ -99,7 +103,7 @@ class KVPublisher(Publisher):
         prompt = self._prompts.get(name.namespace)
         if prompt is None:
             return super().get(name)
-        return prompt._requested(name.name.decode(errors="replace"))
+        return prompt.requested(name.name.decode(errors="replace"))
 
     async def resolve(self, name: FullTrackName) -> PublishedTrack | None:
         """An offered track not kept yet, encoded in a worker thread (once, however many
@@ -107,7 +111,7 @@ class KVPublisher(Publisher):
         prompt = self._prompts.get(name.namespace)
         if prompt is None:
             return await super().resolve(name)
-        return await prompt._kept_track(name.name.decode(errors="replace"))
+        return await prompt.kept_track(name.name.decode(errors="replace"))
 
 
 class PublishedPrompt:
@@ -258,7 +262,7 @@ class PublishedPrompt:
         while len(encoded) < self.ready_chunks:  # chunks may be added while we encode
             encoded += await asyncio.to_thread(self._encode_from, name, len(encoded))
         # From here to `_kept` without an await: `add_chunk` writes every later chunk.
-        if self._publisher._prompts.get(self.namespace) is not self:
+        if not self._publisher.holds(self):
             return None
         track = self._track(name)
         for index, payloads in enumerate(encoded):
@@ -269,7 +273,8 @@ class PublishedPrompt:
         self._kept[name] = track
         return track
 
-    async def _kept_track(self, name: str) -> PublishedTrack | None:
+    async def kept_track(self, name: str) -> PublishedTrack | None:
+        """Track `name` once held (encoded now if it was not); None if not offered."""
         if name not in self.offered:
             return None
         track = self._kept.get(name)
@@ -282,7 +287,8 @@ class PublishedPrompt:
         # Shielded: one waiter cancelled (UNSUBSCRIBE, session closed) leaves the others.
         return await asyncio.shield(task)
 
-    def _requested(self, name: str) -> PublishedTrack | None:
+    def requested(self, name: str) -> PublishedTrack | None:
+        """Track `name` if held now, counting the request (`requests`)."""
         if name == CATALOG_TRACK:
             self.requests[name] += 1
             return self._catalog_track

@@ -136,6 +136,10 @@ class PeerLink(Protocol):
     """What the relay needs of one peer's connection."""
 
     def backlogged(self) -> bool: ...
+    def closing(self) -> bool:
+        """The connection is closing: nothing more can be written (qh3 raises on writes,
+        aioquic drops them), though the session has not reported it closed yet."""
+
     def transmit(self) -> None: ...
     def wake_when_drained(self) -> None:
         """Call ``Relay.resume(peer)`` once the backlog is under its limit."""
@@ -1227,6 +1231,9 @@ class Relay:
         (a publisher must not pay for a subscriber whose connection just died).
         """
         if peer.flushing:
+            return
+        if peer.link.closing():
+            peer.outbox.clear()  # its SessionClosed event follows and cleans up
             return
         peer.flushing = True
         try:

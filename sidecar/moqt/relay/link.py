@@ -43,6 +43,9 @@ class ConnectionLink:
     def backlogged(self) -> bool:
         return self._connection.backlogged()
 
+    def closing(self) -> bool:
+        return self._connection.closing
+
     def transmit(self) -> None:
         self._connection.transmit()
 
