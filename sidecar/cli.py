@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "demo": "sidecar.commands.demo",
     "relay": "sidecar.commands.relay",
     "sidecar": "sidecar.commands.sidecar",
+    "token": "sidecar.commands.token",
 }
 
 

@@ -47,7 +47,9 @@ def torch_loaded_after(code: str) -> bool:
     return result.stdout.strip().splitlines()[-1] == "True"
 
 
-@pytest.mark.parametrize("argv", [["relay", "--help"], ["bench", "--help"], ["--version"]])
+@pytest.mark.parametrize(
+    "argv", [["relay", "--help"], ["token", "--help"], ["bench", "--help"], ["--version"]]
+)
 def test_named_subcommand_help_does_not_import_torch(argv: list[str]) -> None:
     assert not torch_loaded_after(f"from sidecar.cli import main; main({argv!r})")
 

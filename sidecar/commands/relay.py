@@ -14,6 +14,7 @@ from sidecar.address import Address, parse_address
 
 if TYPE_CHECKING:
     from sidecar.moqt.aio.quic_backend import QuicSettings
+    from sidecar.moqt.relay.auth import Authorizer
 
 _EPILOG = """\
 Publishers send PUBLISH_NAMESPACE (or PUBLISH); SUBSCRIBE, FETCH and TRACK_STATUS go to the
@@ -31,6 +32,12 @@ or any draft-14 relay, such as moq-rs's). A lost upstream is retried with backof
 doubling to 10 s); subscriptions it fed wait for it and go on from the last object they got,
 or end after three --upstream-timeouts with PUBLISH_DONE GOING_AWAY "the upstream relay
 left"; what was cached here stays served.
+
+With --auth-key, every session must present a token signed with that key (kvmoq token
+sign; AUTHORIZATION_TOKEN in CLIENT_SETUP, or ?jwt= in the URL) and may publish and
+subscribe only where it allows: other requests get UNAUTHORIZED, a session without a valid
+token is closed, and so is one whose token expires. --public PATH lets sessions without a
+token publish and subscribe under PATH. An edge presents --upstream-token to its root.
 
 Prints "listening on moqt://HOST:PORT" once it accepts sessions. SIGTERM or SIGINT: GOAWAY
 to every session, up to --grace seconds for them to leave, then close.
@@ -127,6 +134,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="upstream silent this long: its session is gone and the edge reconnects (default 10)",
     )
+    parser.add_argument(
+        "--auth-key",
+        type=Path,
+        metavar="FILE",
+        help="check session tokens with this JWK key (kvmoq token generate; for EdDSA, its "
+        "public half): see below (default: no checks, anyone may do anything)",
+    )
+    parser.add_argument(
+        "--public",
+        metavar="PATH",
+        help="with --auth-key: sessions without a token may publish and subscribe under PATH",
+    )
+    parser.add_argument(
+        "--upstream-token",
+        type=Path,
+        metavar="FILE",
+        help="token (kvmoq token sign) this edge presents to its --upstream relay; re-read at "
+        "each reconnection",
+    )
     parser.add_argument("--backend", choices=["aioquic", "qh3"], default="aioquic")
     parser.add_argument(
         "--max-datagram-size",
@@ -160,6 +186,27 @@ def run(args: argparse.Namespace) -> int:
     if args.ca is not None and not args.ca.is_file():
         print(f"kvmoq relay: --ca {args.ca}: no such file")
         return 2
+    if args.upstream_token is not None and args.upstream is None:
+        print("kvmoq relay: --upstream-token is for the upstream relay: it needs --upstream")
+        return 2
+    if args.upstream_token is not None and not args.upstream_token.is_file():
+        print(f"kvmoq relay: --upstream-token {args.upstream_token}: no such file")
+        return 2
+    if args.public is not None and args.auth_key is None:
+        print(
+            "kvmoq relay: --public opens a path on a relay that checks tokens: it needs --auth-key"
+        )
+        return 2
+    authorizer = None
+    if args.auth_key is not None:
+        from sidecar.moqt.relay.auth import Authorizer, load_key
+
+        try:
+            key = load_key(args.auth_key)
+        except ValueError as exc:
+            print(f"kvmoq relay: --auth-key {exc}")
+            return 2
+        authorizer = Authorizer(key, args.public)
     overrides = (
         {} if args.max_datagram_size is None else {"max_datagram_size": args.max_datagram_size}
     )
@@ -175,12 +222,19 @@ def run(args: argparse.Namespace) -> int:
 
             paths = write_certificate(Path(scratch))
             cert, key = paths.cert, paths.key
-        run_loop(_serve(args, settings, cert, key))
+        run_loop(_serve(args, settings, cert, key, authorizer))
     return 0
 
 
-async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, key: Path) -> None:
+async def _serve(
+    args: argparse.Namespace,
+    settings: QuicSettings,
+    cert: Path,
+    key: Path,
+    authorizer: Authorizer | None,
+) -> None:
     from sidecar import log
+    from sidecar.moqt.relay.auth import read_token
     from sidecar.moqt.relay.core import RelayLimits
     from sidecar.moqt.relay.server import start_relay
 
@@ -198,6 +252,8 @@ async def _serve(args: argparse.Namespace, settings: QuicSettings, cert: Path, k
         limits=limits,
         upstream=args.upstream,
         upstream_settings=upstream_settings,
+        authorizer=authorizer,
+        upstream_token=lambda: read_token(args.upstream_token),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -86,6 +86,8 @@ class Option:
     """Parsed like any other source; None: unset; `REQUIRED`: must come from somewhere."""
     metavar: str
     help: str
+    env_name: str | None = None
+    """The environment variable, when not ENV_PREFIX + the name in capitals."""
 
     @property
     def flag(self) -> str:
@@ -93,12 +95,21 @@ class Option:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
+        return self.env_name or ENV_PREFIX + self.name.upper()
 
 
 OPTIONS: tuple[Option, ...] = (
     Option("relay", _relay_url, REQUIRED, "URL", "the relay, moqt://HOST:PORT"),
     Option("ca", Path, None, "FILE", "CA file the relay's certificate chains to"),
+    Option(
+        "token",
+        Path,
+        None,
+        "FILE",
+        "token (kvmoq token sign) for a relay with --auth-key, read anew at each connection "
+        "(a mounted Secret rotates)",
+        env_name=ENV_PREFIX + "TOKEN_FILE",
+    ),
     Option("grpc", _unix_socket, REQUIRED, "unix://PATH", "socket of the model server's API"),
     Option("probe", parse_address, "127.0.0.1:7070", "HOST:PORT", "gRPC API and health over TCP"),
     Option("http", parse_address, "127.0.0.1:9464", "HOST:PORT", "/healthz /readyz /metrics"),
@@ -128,6 +139,7 @@ OPTIONS: tuple[Option, ...] = (
 class SidecarConfig:
     relay: str
     ca: Path | None
+    token: Path | None
     grpc: Path
     probe: Address
     http: Address

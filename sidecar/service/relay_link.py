@@ -55,9 +55,13 @@ class RelayLink:
         chunk_size: int,
         backoff: Backoff = Backoff(),
         on_change: Callable[[bool, bool], Awaitable[None]] | None = None,
+        token: Callable[[], str | None] = lambda: None,
     ) -> None:
         """`on_change(up, reconnect)` hears every session opened (reconnect: not the first
-        one) and closed, for readiness, health and metrics."""
+        one) and closed, for readiness, health and metrics; `token()` is the token each
+        connection presents (read anew each time: a session closed for an expired token
+        reconnects with the rotated one)."""
+        self.token = token
         self.url = url
         self.settings = settings
         self.publisher = publisher
@@ -82,7 +86,9 @@ class RelayLink:
         attempt = 0
         while True:
             try:
-                async with api.connect(self.url, self.settings, publisher=self.publisher) as s:
+                async with api.connect(
+                    self.url, self.settings, publisher=self.publisher, token=self.token()
+                ) as s:
                     await self._serve(s)
                     attempt = 0
             except (ConnectionError, MoqtApiError, OSError, TimeoutError) as exc:

@@ -31,6 +31,7 @@ from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 from sidecar.address import format_address
 from sidecar.log import get_logger
 from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.relay.auth import read_token
 from sidecar.service.config import SidecarConfig
 from sidecar.service.kv_service import KVService, ServiceSettings
 from sidecar.service.messages import HandleOpener
@@ -77,6 +78,7 @@ async def run_sidecar(
         KVPublisher(),
         chunk_size=config.chunk_size,
         on_change=relay_changed,
+        token=lambda: read_token(config.token),
     )
     service = KVService(
         link,

@@ -317,6 +317,27 @@ def test_external_relay_and_ca(tmp_path: Path) -> None:
     assert "kvmoq-ca" not in {v["name"] for v in spec["volumes"]}
 
 
+def test_a_token_secret_becomes_the_sidecars_token_file(tmp_path: Path) -> None:
+    values = merged(INFERENCE, {"sidecar": {"token": {"secret": "kv-token", "key": "jwt"}}})
+    spec = pod(render(tmp_path, values))["spec"]
+    sidecar = container(spec, "kvmoq-sidecar", "initContainers")
+    assert env(sidecar)["KVMOQ_TOKEN_FILE"] == "/etc/kvmoq/token/jwt"
+    mounts = {m["name"]: m for m in sidecar["volumeMounts"]}
+    assert mounts["kvmoq-token"] == {
+        "name": "kvmoq-token",
+        "mountPath": "/etc/kvmoq/token",
+        "readOnly": True,
+    }
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["kvmoq-token"]["secret"] == {
+        "secretName": "kv-token",
+        "items": [{"key": "jwt", "path": "jwt"}],
+    }
+    spec = pod(render(tmp_path, INFERENCE))["spec"]  # no Secret: no token, no volume
+    assert "KVMOQ_TOKEN_FILE" not in env(container(spec, "kvmoq-sidecar", "initContainers"))
+    assert "kvmoq-token" not in {v["name"] for v in spec["volumes"]}
+
+
 def test_settings_become_kvmoq_env(tmp_path: Path) -> None:
     settings = {
         "chunk_size": 256,
@@ -359,7 +380,7 @@ def test_schema_knows_every_sidecar_setting() -> None:
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     settings = schema["properties"]["sidecar"]["properties"]["settings"]["properties"]
-    chart_owned = {"relay", "ca", "grpc", "probe", "http", "shm_roots"}
+    chart_owned = {"relay", "ca", "token", "grpc", "probe", "http", "shm_roots"}
     assert set(settings) | chart_owned == {option.name for option in OPTIONS}
     assert not set(settings) & chart_owned
 

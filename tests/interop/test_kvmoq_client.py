@@ -37,6 +37,14 @@ def _run(main: object, spec: TrackSpec) -> None:
     transport.run(bounded())
 
 
+async def _write_pattern(track: api.PublishedTrack, spec: TrackSpec) -> None:
+    """Every object of ``spec``, with the shared pattern's payloads."""
+    for group in range(spec.groups):
+        for obj in range(spec.objects):
+            payload = object_payload(spec.seed, group, obj, object_size(spec.sizes, obj))
+            await track.write(group, obj, payload, end_of_group=obj == spec.objects - 1)
+
+
 async def _wait_for_audience(track: api.PublishedTrack) -> None:
     while True:
         await track.wait_subscribed()
@@ -63,11 +71,7 @@ def test_kvmoq_publishes_through_an_independent_relay(
             await session.publish_namespace(name.namespace)
             subscriber = start_peer("aiomoqt", "sub", url=relay_peer.url, **spec.params())
             await _wait_for_audience(track)
-            for group in range(spec.groups):
-                for obj in range(spec.objects):
-                    payload = object_payload(spec.seed, group, obj, object_size(spec.sizes, obj))
-                    last = obj == spec.objects - 1
-                    await track.write(group, obj, payload, end_of_group=last)
+            await _write_pattern(track, spec)
             await asyncio.to_thread(subscriber.expect_success, spec.timeout + 10)
             assert received(subscriber) == spec.expected()
 
@@ -121,11 +125,7 @@ def test_an_aiomoqt_subscriber_discovers_the_tracks_of_a_kvmoq_publisher(
             subscriber = start_peer("aiomoqt", "sub", url=url, discover=True, **spec.params())
             await asyncio.to_thread(subscriber.wait_event, "following", 20)
             await asyncio.wait_for(track.wait_subscribed(), spec.timeout)
-            for group in range(spec.groups):
-                for obj in range(spec.objects):
-                    payload = object_payload(spec.seed, group, obj, object_size(spec.sizes, obj))
-                    last = obj == spec.objects - 1
-                    await track.write(group, obj, payload, end_of_group=last)
+            await _write_pattern(track, spec)
             await asyncio.to_thread(subscriber.expect_success, spec.timeout + 10)
             assert received(subscriber) == spec.expected()
         finally:

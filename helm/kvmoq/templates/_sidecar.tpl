@@ -93,6 +93,9 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
     {{- if include "kvmoq.caSecret" . }}
     - {name: KVMOQ_CA, value: {{ printf "/etc/kvmoq/ca/%s" $s.ca.key | quote }}}
     {{- end }}
+    {{- if $s.token.secret }}
+    - {name: KVMOQ_TOKEN_FILE, value: {{ printf "/etc/kvmoq/token/%s" $s.token.key | quote }}}
+    {{- end }}
     - {name: KVMOQ_GRPC, value: {{ printf "unix://%s" (include "kvmoq.socketPath" .) | quote }}}
     - {name: KVMOQ_PROBE, value: "{{ eq $s.probes "grpc" | ternary "0.0.0.0" "127.0.0.1" }}:{{ $s.probePort }}"}
     - {name: KVMOQ_HTTP, value: "0.0.0.0:{{ $s.metricsPort }}"}
@@ -133,6 +136,9 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
     {{- if include "kvmoq.caSecret" . }}
     - {name: kvmoq-ca, mountPath: /etc/kvmoq/ca, readOnly: true}
     {{- end }}
+    {{- if $s.token.secret }}
+    - {name: kvmoq-token, mountPath: /etc/kvmoq/token, readOnly: true}
+    {{- end }}
 {{- end }}
 
 {{- define "kvmoq.modelServerEnv" -}}
@@ -155,5 +161,12 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
     secretName: {{ . }}
     items:
       - {key: {{ $.Values.sidecar.ca.key }}, path: {{ $.Values.sidecar.ca.key }}}
+{{- end }}
+{{- with .Values.sidecar.token.secret }}
+- name: kvmoq-token
+  secret:
+    secretName: {{ . }}
+    items:
+      - {key: {{ $.Values.sidecar.token.key }}, path: {{ $.Values.sidecar.token.key }}}
 {{- end }}
 {{- end }}

@@ -792,15 +792,16 @@ async def connect(
     *,
     publisher: Publisher | None = None,
     receive_buffer: int = DEFAULT_RECEIVE_BUFFER,
+    token: str | None = None,
 ) -> AsyncIterator[Session]:
     """A session to a MoQT server or relay at `url` (moqt://host:port/path).
 
     `publisher`'s tracks are served to the peer; `receive_buffer` bounds the unread bytes of
-    each subscription and fetch.
+    each subscription and fetch; `token` is the JWT a relay with `--auth-key` asks for.
     """
     sessions: list[Session] = []
     on_session = _sessions(publisher, sessions.append, receive_buffer)
-    async with transport.connect(url, settings, on_session):
+    async with transport.connect(url, settings, on_session, token=token):
         yield sessions[0]
 
 

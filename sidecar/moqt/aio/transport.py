@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from sidecar.moqt.aio.quic_backend import QuicBackend, QuicSettings, load_backend, tune_socket
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import GoawayReceived, MoqtEvent, SessionClosed, SetupCompleted
+from sidecar.moqt.protocol.messages.parameters import authorization_token
 from sidecar.moqt.protocol.session import MoqtSession
 
 _T = TypeVar("_T")
@@ -248,7 +249,15 @@ MAX_URL_LENGTH = 8192
 
 
 class MoqtConnectError(ConnectionError):
-    """The QUIC or MoQT handshake failed, or the URL cannot name a MoQT server."""
+    """The QUIC or MoQT handshake failed, or the URL cannot name a MoQT server.
+
+    ``error_code``: the session error code when the peer closed the session during SETUP
+    (a relay refusing the token: UNAUTHORIZED, EXPIRED_AUTH_TOKEN, ...), else None.
+    """
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +355,8 @@ class MoqtConnection:
         elif isinstance(event, SessionClosed):
             self._tick.cancel()
             if not self.setup.done():
-                self.setup.set_exception(MoqtConnectError(f"session closed: {event.reason}"))
+                refused = MoqtConnectError(f"session closed: {event.reason}", event.error_code)
+                self.setup.set_exception(refused)
             if not self.closed.done():
                 self.closed.set_result(event)
         self._on_event(event)
@@ -363,7 +373,11 @@ class MoqtConnection:
 
 
 def _moqt_attach(
-    settings: QuicSettings, on_session: OnSession, *, url: MoqtUrl | None = None
+    settings: QuicSettings,
+    on_session: OnSession,
+    *,
+    url: MoqtUrl | None = None,
+    token: str | None = None,
 ) -> Attach:
     """Per QUIC connection: create the MoQT session once the handshake completes."""
     handshake_completed = load_backend(settings.backend).events.HandshakeCompleted
@@ -384,6 +398,7 @@ def _moqt_attach(
                     is_client=url is not None,
                     path=url.path.encode() if url else None,
                     authority=url.authority.encode() if url else None,
+                    authorization=None if token is None else authorization_token(token.encode()),
                     now=loop.time(),
                 )
                 keepalive = keepalive_interval(settings.idle_timeout)
@@ -397,9 +412,10 @@ def _moqt_attach(
 
 @asynccontextmanager
 async def connect(
-    url: str, settings: QuicSettings, on_session: OnSession
+    url: str, settings: QuicSettings, on_session: OnSession, *, token: str | None = None
 ) -> AsyncIterator[MoqtConnection]:
-    """Open a MoQT session to `url` and wait for SETUP; closes it on exit."""
+    """Open a MoQT session to `url` and wait for SETUP; closes it on exit. `token` (a JWT
+    for a relay that checks them) goes in CLIENT_SETUP's AUTHORIZATION_TOKEN."""
     target = MoqtUrl.parse(url)
     created: list[MoqtConnection] = []
 
@@ -407,7 +423,7 @@ async def connect(
         created.append(connection)
         return on_session(connection)
 
-    attach = _moqt_attach(settings, remember, url=target)
+    attach = _moqt_attach(settings, remember, url=target, token=token)
     async with AsyncExitStack() as stack:
         try:
             endpoint = await stack.enter_async_context(
@@ -417,7 +433,9 @@ async def connect(
                 raise MoqtConnectError("QUIC connected without completing the handshake")
             await asyncio.wait_for(asyncio.shield(created[0].setup), SETUP_TIMEOUT)
         except (ConnectionError, TimeoutError) as exc:
-            raise MoqtConnectError(f"cannot open a MoQT session to {url}: {exc!r}") from exc
+            code = exc.error_code if isinstance(exc, MoqtConnectError) else None
+            message = f"cannot open a MoQT session to {url}: {exc}"
+            raise MoqtConnectError(message, code) from exc
         connection = created[0]
         try:
             yield connection

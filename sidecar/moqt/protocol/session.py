@@ -226,6 +226,7 @@ class MoqtSession:
         path: bytes | None = None,
         authority: bytes | None = None,
         implementation: bytes = b"kvmoq",
+        authorization: bytes | None = None,
         limits: SessionLimits | None = None,
         now: float = 0.0,
     ) -> None:
@@ -274,6 +275,7 @@ class MoqtSession:
             params = SetupParameters(
                 path=path,
                 max_request_id=self._granted_limit,
+                authorization_tokens=() if authorization is None else (authorization,),
                 authority=authority,
                 implementation=implementation,
             )

@@ -87,6 +87,7 @@ from ..protocol.windows import (
     subscription_window,
     whole_groups,
 )
+from .auth import AuthError, Authorizer, Grant
 from .cache import RelayCache
 from .outbox import (
     Done,
@@ -286,6 +287,7 @@ class Peer:
     upstream_fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
     status_requests: dict[int, tuple[Peer, int]] = field(default_factory=dict)
     announced: set[Namespace] = field(default_factory=set)  # namespaces we told it of
+    grant: Grant = field(default_factory=Grant.everything)  # what its token allows (auth)
     offers: dict[int, _Offer] = field(default_factory=dict)  # our PUBLISHes awaiting PUBLISH_OK
 
 
@@ -301,8 +303,12 @@ class _Offer:
 class Relay:
     """See the module docstring. One instance serves every session of a relay process."""
 
-    def __init__(self, limits: RelayLimits | None = None) -> None:
+    def __init__(
+        self, limits: RelayLimits | None = None, authorizer: Authorizer | None = None
+    ) -> None:
         self.limits = limits or RelayLimits()
+        # Checks each session's token at SETUP (``auth``); None: everyone may do anything.
+        self.authorizer = authorizer
         self.cache = RelayCache(self.limits.cache_bytes)
         self.namespaces: NamespaceTable[Peer] = NamespaceTable(
             self.limits.max_namespaces, self.limits.max_prefixes_per_peer
@@ -322,9 +328,49 @@ class Relay:
     # Driving the relay.
 
     def add_peer(self, moqt: MoqtSession, link: PeerLink, name: str = "") -> Peer:
-        peer = Peer(moqt, link, name)
+        grant = Grant.everything() if self.authorizer is None else Grant.nothing()
+        peer = Peer(moqt, link, name, grant=grant)
         self.peers.add(peer)
         return peer
+
+    def expire_grants(self, now: float) -> None:
+        """End the sessions whose token expired by ``now`` (Unix seconds). Never raises."""
+        for peer in [p for p in self.peers if p.grant.expired(now)]:
+            self._refuse_session(peer, AuthError(SessionErrorCode.EXPIRED_AUTH_TOKEN, "expired"))
+        self._transmit()
+
+    def _on_setup(self, peer: Peer, event: ev.SetupCompleted) -> None:
+        """A client's SETUP: what its token grants it (the relay's own upstream session,
+        where this relay is the client, is granted everything by ``attach_upstream``)."""
+        if peer.moqt.is_client:
+            peer.grant = Grant.everything()  # a session this relay opened: to its upstream
+            return
+        if self.authorizer is None:
+            return
+        try:
+            peer.grant = self.authorizer.grant(event.parameters)
+        except AuthError as exc:
+            self._refuse_session(peer, exc)
+
+    def _refuse_session(self, peer: Peer, error: AuthError) -> None:
+        logger.warning("relay: session %s refused: %s", peer.name, error.reason)
+        if not peer.moqt.closed:
+            peer.moqt.close(error.code, error.reason)
+            peer.link.transmit()
+        self._peer_left(peer)
+
+    def _unauthorized(
+        self, peer: Peer, request_id: int, namespace: Namespace, *, publish: bool, code: int
+    ) -> bool:
+        """Refuse a request outside the session's grant (``code``, the request type's
+        UNAUTHORIZED, and a log line); whether it was refused."""
+        grant = peer.grant
+        if grant.may_publish(namespace) if publish else grant.may_subscribe(namespace):
+            return False
+        action = "publish" if publish else "subscribe to"
+        logger.warning("relay: %s may not %s %r", peer.name, action, namespace)
+        self._session(peer).reject(request_id, code, "not authorized")
+        return True
 
     def attach_upstream(self, peer: Peer) -> None:
         """Make ``peer`` (a session this relay opened, set up) the relay it is an edge of.
@@ -476,6 +522,11 @@ class Relay:
 
     def _on_namespace_published(self, peer: Peer, event: ev.NamespacePublished) -> None:
         message = event.message
+        unauthorized = PublishNamespaceErrorCode.UNAUTHORIZED
+        if self._unauthorized(
+            peer, message.request_id, message.namespace, publish=True, code=unauthorized
+        ):
+            return
         try:
             self._publish_namespace(peer, message.namespace)
         except RoutingLimitExceeded as exc:
@@ -499,6 +550,11 @@ class Relay:
 
     def _on_namespace_subscribe(self, peer: Peer, event: ev.NamespaceSubscribeRequested) -> None:
         message = event.message
+        unauthorized = SubscribeNamespaceErrorCode.UNAUTHORIZED
+        if self._unauthorized(
+            peer, message.request_id, message.namespace, publish=False, code=unauthorized
+        ):
+            return
         try:
             self.namespaces.add_prefix(peer, message.namespace)
         except RoutingLimitExceeded as exc:
@@ -557,6 +613,11 @@ class Relay:
     def _on_subscribe(self, peer: Peer, event: ev.SubscribeRequested) -> None:
         message = event.message
         self.counters.subscribes_received += 1
+        unauthorized = SubscribeErrorCode.UNAUTHORIZED
+        if self._unauthorized(
+            peer, message.request_id, message.track.namespace, publish=False, code=unauthorized
+        ):
+            return
         track = self.tracks.get(message.track)
         if (
             track is not None
@@ -785,6 +846,11 @@ class Relay:
 
     def _on_publish(self, peer: Peer, event: ev.PublishRequested) -> None:
         message = event.message
+        unauthorized = PublishErrorCode.UNAUTHORIZED
+        if self._unauthorized(
+            peer, message.request_id, message.track.namespace, publish=True, code=unauthorized
+        ):
+            return
         track = self._track(message.track)
         if track is None or track.upstream is not None:
             reason = "too many tracks" if track is None else "the track already has a publisher"
@@ -831,6 +897,11 @@ class Relay:
 
     def _on_track_status(self, peer: Peer, event: ev.TrackStatusRequested) -> None:
         message = event.message
+        unauthorized = SubscribeErrorCode.UNAUTHORIZED
+        if self._unauthorized(
+            peer, message.request_id, message.track.namespace, publish=False, code=unauthorized
+        ):
+            return
         track = self.tracks.get(message.track)
         if track is not None and track.upstream_in(UpstreamState.LIVE):
             self._session(peer).track_status_ok(
@@ -860,6 +931,11 @@ class Relay:
     def _on_fetch(self, peer: Peer, event: ev.FetchRequested) -> None:
         message = event.message
         self.counters.fetches_received += 1
+        unauthorized = FetchErrorCode.UNAUTHORIZED
+        if self._unauthorized(
+            peer, message.request_id, event.track.namespace, publish=False, code=unauthorized
+        ):
+            return
         window = self._fetch_window(peer, message.target)
         if window is None:
             self._session(peer).reject(
@@ -1546,6 +1622,7 @@ class Relay:
     }
 
     _HANDLERS: ClassVar[dict[type[ev.MoqtEvent], Callable[[Relay, Peer, Any], None]]] = {
+        ev.SetupCompleted: _on_setup,
         ev.NamespacePublished: _on_namespace_published,
         ev.NamespacePublishDone: _on_namespace_done,
         ev.NamespacePublishCancelled: _on_namespace_cancelled,

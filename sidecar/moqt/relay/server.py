@@ -38,12 +38,15 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..aio import transport
 from ..aio.quic_backend import QuicSettings
 from ..protocol.events import MoqtEvent
+from .auth import Authorizer
 from .core import Peer, Relay, RelayLimits
 from .link import ConnectionLink
 
@@ -54,6 +57,7 @@ RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 10.0
 WAIT_TIMEOUTS = 3
 RESUME_EVERY_S = 1.0
+EXPIRY_EVERY_S = 1.0
 
 
 @dataclass(eq=False)
@@ -64,13 +68,15 @@ class RelayServer:
     server: transport.MoqtServer
     url: str
     upstream_task: asyncio.Task[None] | None = field(default=None)
+    expiry_task: asyncio.Task[None] | None = field(default=None)
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """GOAWAY to every session, wait up to ``grace`` seconds for them to leave, close."""
-        if self.upstream_task is not None:
-            self.upstream_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.upstream_task
+        for task in (self.upstream_task, self.expiry_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.server.shutdown(grace=grace)
 
 
@@ -84,10 +90,16 @@ async def start_relay(
     limits: RelayLimits | None = None,
     upstream: str | None = None,
     upstream_settings: QuicSettings | None = None,
+    authorizer: Authorizer | None = None,
+    upstream_token: Callable[[], str | None] = lambda: None,
 ) -> RelayServer:
     """Listen on host:port (UDP) and relay every session that connects; with ``upstream``
-    (a relay's URL, reached with ``upstream_settings``), as an edge of that relay."""
-    relay = Relay(limits)
+    (a relay's URL, reached with ``upstream_settings``), as an edge of that relay.
+
+    With ``authorizer``, each session must present a token (``auth``) and is held to what it
+    grants; ``upstream_token`` gives the token for each (re)connection to the upstream
+    relay, read anew each time (a mounted secret rotates)."""
+    relay = Relay(limits, authorizer)
     numbers = itertools.count(1)
 
     def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
@@ -97,8 +109,11 @@ async def start_relay(
     url = f"moqt://{transport.MoqtUrl(host, port, '/').authority}"
     task = None
     if upstream is not None:
-        task = asyncio.ensure_future(_keep_upstream(relay, upstream, upstream_settings or settings))
-    return RelayServer(relay, server, url, task)
+        task = asyncio.ensure_future(
+            _keep_upstream(relay, upstream, upstream_settings or settings, upstream_token)
+        )
+    expiry = asyncio.ensure_future(_expire_grants(relay)) if authorizer is not None else None
+    return RelayServer(relay, server, url, task, expiry)
 
 
 def _attach(
@@ -113,14 +128,23 @@ def _attach(
     return peer, on_event
 
 
-async def _keep_upstream(relay: Relay, url: str, settings: QuicSettings) -> None:
+async def _expire_grants(relay: Relay) -> None:
+    """End sessions whose token expired, within a second of its ``exp``."""
+    while True:
+        await asyncio.sleep(EXPIRY_EVERY_S)
+        relay.expire_grants(time.time())
+
+
+async def _keep_upstream(
+    relay: Relay, url: str, settings: QuicSettings, token: Callable[[], str | None]
+) -> None:
     """Hold a session to the upstream relay; reconnect with backoff whenever it is lost."""
     watch = asyncio.ensure_future(_watch_lost(relay, WAIT_TIMEOUTS * settings.idle_timeout))
     delay = RECONNECT_FIRST_S
     try:
         while True:
             try:
-                await _upstream_session(relay, url, settings)
+                await _upstream_session(relay, url, settings, token())
                 delay = RECONNECT_FIRST_S
             except transport.MoqtConnectError as exc:
                 logger.warning(
@@ -150,7 +174,9 @@ async def _watch_lost(relay: Relay, window: float) -> None:
             since = None
 
 
-async def _upstream_session(relay: Relay, url: str, settings: QuicSettings) -> None:
+async def _upstream_session(
+    relay: Relay, url: str, settings: QuicSettings, token: str | None
+) -> None:
     """One session to the upstream relay, from SETUP until it closes."""
     peers: list[Peer] = []
 
@@ -159,7 +185,7 @@ async def _upstream_session(relay: Relay, url: str, settings: QuicSettings) -> N
         peers.append(peer)
         return handler
 
-    async with transport.connect(url, settings, on_session) as connection:
+    async with transport.connect(url, settings, on_session, token=token) as connection:
         relay.attach_upstream(peers[0])
         logger.info("relay: connected to upstream %s", url)
         closed = await connection.closed

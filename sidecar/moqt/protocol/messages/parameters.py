@@ -9,12 +9,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
-from ..errors import DecodeError
+from ..errors import DecodeError, MoqtError, SessionErrorCode
 from ..wire import (
     KeyValuePair,
     Reader,
     encode_parameters,
+    encode_varint,
 )
+
+TOKEN_USE_VALUE = 0x3
+"""AUTHORIZATION_TOKEN's Alias Type for a token sent whole. The others register, use or delete
+aliases, which need a token cache: kvmoq offers none (MAX_AUTH_TOKEN_CACHE_SIZE stays 0)."""
+MAX_TOKEN_BYTES = 8192
+
+
+def authorization_token(value: bytes, token_type: int = 0) -> bytes:
+    """An AUTHORIZATION_TOKEN parameter value that carries ``value`` whole (no Token Type
+    is registered yet: 0, agreed out of band)."""
+    return encode_varint(TOKEN_USE_VALUE) + encode_varint(token_type) + value
+
+
+def token_value(raw: bytes) -> bytes:
+    """The token an AUTHORIZATION_TOKEN parameter carries; DecodeError if malformed, too
+    long, or an alias."""
+    if len(raw) > MAX_TOKEN_BYTES:
+        raise DecodeError("token longer than allowed", SessionErrorCode.MALFORMED_AUTH_TOKEN)
+    reader = Reader(raw)
+    try:
+        alias_type = reader.varint()
+        reader.varint()  # Token Type: what the value is, agreed out of band
+    except MoqtError:
+        raise DecodeError("malformed token", SessionErrorCode.MALFORMED_AUTH_TOKEN) from None
+    if alias_type != TOKEN_USE_VALUE:
+        raise DecodeError(
+            "token aliases are not supported", SessionErrorCode.UNKNOWN_AUTH_TOKEN_ALIAS
+        )
+    return bytes(reader.raw(reader.remaining))
 
 
 @dataclass(frozen=True, slots=True)
