@@ -180,18 +180,13 @@ def run(args: argparse.Namespace) -> int:
     if args.cert is not None and args.key is None:
         print("kvmoq relay: --cert needs --key")
         return 2
-    if args.ca is not None and args.upstream is None:
-        print("kvmoq relay: --ca is the upstream relay's CA: it needs --upstream")
-        return 2
-    if args.ca is not None and not args.ca.is_file():
-        print(f"kvmoq relay: --ca {args.ca}: no such file")
-        return 2
-    if args.upstream_token is not None and args.upstream is None:
-        print("kvmoq relay: --upstream-token is for the upstream relay: it needs --upstream")
-        return 2
-    if args.upstream_token is not None and not args.upstream_token.is_file():
-        print(f"kvmoq relay: --upstream-token {args.upstream_token}: no such file")
-        return 2
+    for flag, path in (("--ca", args.ca), ("--upstream-token", args.upstream_token)):
+        if path is not None and args.upstream is None:
+            print(f"kvmoq relay: {flag} is for the upstream relay: it needs --upstream")
+            return 2
+        if path is not None and not path.is_file():
+            print(f"kvmoq relay: {flag} {path}: no such file")
+            return 2
     if args.public is not None and args.auth_key is None:
         print(
             "kvmoq relay: --public opens a path on a relay that checks tokens: it needs --auth-key"

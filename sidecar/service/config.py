@@ -71,6 +71,15 @@ def _track(text: str) -> str:
 REQUIRED = object()
 
 
+def _boolean(text: str | bool) -> bool:
+    if isinstance(text, bool):  # TOML's true and false
+        return text
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return value in ("true", "1", "yes")
+
+
 def _paths(text: str) -> tuple[Path, ...]:
     paths = tuple(Path(name.strip()) for name in text.split(",") if name.strip())
     if not paths or not all(path.is_absolute() for path in paths):
@@ -111,7 +120,14 @@ OPTIONS: tuple[Option, ...] = (
         env_name=ENV_PREFIX + "TOKEN_FILE",
     ),
     Option("grpc", _unix_socket, REQUIRED, "unix://PATH", "socket of the model server's API"),
-    Option("probe", parse_address, "127.0.0.1:7070", "HOST:PORT", "gRPC API and health over TCP"),
+    Option("probe", parse_address, "127.0.0.1:7070", "HOST:PORT", "gRPC health over TCP"),
+    Option(
+        "probe_api",
+        _boolean,
+        "false",
+        "BOOL",
+        "also serve the KV API on the probe port (TCP, unauthenticated: a trusted network only)",
+    ),
     Option("http", parse_address, "127.0.0.1:9464", "HOST:PORT", "/healthz /readyz /metrics"),
     Option("chunk_size", _positive(int), "128", "TOKENS", "tokens per chunk (MoQT group)"),
     Option(
@@ -142,6 +158,7 @@ class SidecarConfig:
     token: Path | None
     grpc: Path
     probe: Address
+    probe_api: bool
     http: Address
     chunk_size: int
     tracks: tuple[str, ...]

@@ -39,6 +39,7 @@ from sidecar.service.metrics import Metrics
 from sidecar.service.probes import ProbeState, serve_probes
 from sidecar.service.relay_link import RelayLink
 from sidecar.service.servicer import SERVICE_NAME, KVCacheServicer
+from sidecar.service.strict_requests import SERVER_OPTIONS, add_strict_service
 from sidecar.tensors import cuda_available
 from sidecar.transfer.publisher import KVPublisher
 
@@ -94,18 +95,18 @@ async def run_sidecar(
         ),
     )
 
-    server = grpc.aio.server()
-    pb_grpc.add_KVCacheServiceServicer_to_server(KVCacheServicer(service, open_handle), server)
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, HEALTH_SERVICE, reflection.SERVICE_NAME), server
-    )
+    servicer = KVCacheServicer(service, open_handle)
+    server = _grpc_server(health, servicer)
     socket_path = config.grpc
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()  # a socket left by a killed predecessor
     server.add_insecure_port(f"unix://{socket_path}")
-    probe_port = server.add_insecure_port(format_address(config.probe))
+    # The probe port is TCP, reachable from the pod's network: health and reflection only,
+    # unless the KV API is asked for there too (--probe-api).
+    probe_server = _grpc_server(health, servicer if config.probe_api else None)
+    probe_port = probe_server.add_insecure_port(format_address(config.probe))
     await server.start()
+    await probe_server.start()
     os.chmod(socket_path, SOCKET_MODE)
     await health.set(OVERALL_HEALTH, SERVING)
     await health.set(SERVICE_NAME, NOT_SERVING)
@@ -138,6 +139,7 @@ async def run_sidecar(
         await health.enter_graceful_shutdown()
         await service.drain(config.drain_seconds)
         await server.stop(GRPC_STOP_GRACE)
+        await probe_server.stop(GRPC_STOP_GRACE)
         probes.close()
         relay_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -145,3 +147,18 @@ async def run_sidecar(
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         log.info("sidecar_stopped")
+
+
+def _grpc_server(
+    health: health_aio.HealthServicer, servicer: KVCacheServicer | None
+) -> grpc.aio.Server:
+    """A gRPC server with health and reflection, and the KV API when given its servicer
+    (requests bounded in size, and refused with INVALID_ARGUMENT when they do not parse)."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
+    if servicer is not None:
+        add_strict_service(pb_grpc.add_KVCacheServiceServicer_to_server, servicer, server)
+        names.insert(0, SERVICE_NAME)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(names, server)
+    return server

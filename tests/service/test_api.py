@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kvmoq_client.v1 import kv_cache_pb2 as pb
+from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 
 from sidecar.kvcache.layout import KVLayout
@@ -121,6 +122,25 @@ def test_unknown_buffer_set_is_not_found(sidecar: SidecarProcess) -> None:
         nf,
     )
     refused(lambda: stub.UnregisterBuffers(pb.UnregisterBuffersRequest(buffer_set_id="nope")), nf)
+
+
+@pytest.mark.parametrize("method", ["RegisterBuffers", "Lookup", "Publish", "Load"])
+def test_a_request_that_is_not_a_valid_message_is_invalid_argument(
+    sidecar: SidecarProcess, method: str
+) -> None:
+    """Bytes that do not parse as the method's message (0xff: field 31 with wire type 7)
+    are the client's error, named as such, and the sidecar goes on serving."""
+    path = f"/kvmoq.v1.KVCacheService/{method}"
+    if method == "Load":
+        call = sidecar.channel.unary_stream(path)
+        with pytest.raises(grpc.RpcError) as error:
+            list(call(b"\xff\xff", timeout=10))
+    else:
+        with pytest.raises(grpc.RpcError) as error:
+            sidecar.channel.unary_unary(path)(b"\xff\xff", timeout=10)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid kvmoq.v1." in (error.value.details() or "")
+    test_unknown_buffer_set_is_not_found(sidecar)  # still serving, with proper statuses
 
 
 def test_destination_blocks_outside_the_buffers_are_refused(
@@ -309,7 +329,12 @@ def test_health_readiness_and_metrics(sidecar: SidecarProcess) -> None:
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
         )
         names = {s.name for s in reply.list_services_response.service}
-        assert {"kvmoq.v1.KVCacheService", "grpc.health.v1.Health"} <= names
+        assert "grpc.health.v1.Health" in names
+        # The probe port is TCP: the KV API is on the Unix socket only (unless --probe-api).
+        assert "kvmoq.v1.KVCacheService" not in names
+        with pytest.raises(grpc.RpcError) as error:
+            pb_grpc.KVCacheServiceStub(channel).Lookup(pb.LookupRequest(), timeout=10)
+        assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_the_api_socket_is_for_the_model_servers_group_only(sidecar: SidecarProcess) -> None:

@@ -51,3 +51,17 @@ def test_errors_name_the_source_to_fix(tmp_path: Path) -> None:
     file.write_text('relay = "moqt://r:1"\ngrpc = "unix:///a"\ndefault_track = "int9"\n')
     with pytest.raises(ConfigError, match=f"{file}: default_track"):
         config(["--config", str(file)])
+
+
+def test_the_kv_api_on_the_probe_port_and_the_token_file_are_opt_in(tmp_path: Path) -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    got = config(base)
+    assert (got.probe_api, got.token) == (False, None)
+    assert config(base, {"KVMOQ_PROBE_API": "true"}).probe_api
+    assert config([*base, "--token", "/run/kvmoq/token"]).token == Path("/run/kvmoq/token")
+    assert config(base, {"KVMOQ_TOKEN_FILE": "/t"}).token == Path("/t")  # the documented name
+    file = tmp_path / "sidecar.toml"
+    file.write_text("probe_api = true\n")
+    assert config([*base, "--config", str(file)]).probe_api
+    with pytest.raises(ConfigError, match="KVMOQ_PROBE_API: expected true or false"):
+        config(base, {"KVMOQ_PROBE_API": "maybe"})
