@@ -147,14 +147,16 @@ class Catalog:
         token_ids: Sequence[int],
         tables: Mapping[str, bytes | None],
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        prompt_key: bytes | None = None,
     ) -> Catalog:
-        """The first revision, before any chunk is encoded; `tables` maps track -> tables."""
+        """The first revision, before any chunk is encoded; `tables` maps track -> tables;
+        the links are keyed with `prompt_key` if the deployment has one (`naming`)."""
         return cls(
             model=model,
             layout=layout,
             token_count=len(token_ids),
             chunk_size=chunk_size,
-            chunk_hashes=tuple(chunk_links(token_ids, chunk_size)),
+            chunk_hashes=tuple(chunk_links(token_ids, chunk_size, prompt_key)),
             tracks=tuple(TrackEntry(name, tables[name]) for name in sorted(tables)),
         )
 

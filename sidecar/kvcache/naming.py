@@ -14,11 +14,17 @@ The chunk size is hashed into every link so that two chunkings of the same token
 produce equal links (their chunks hold different KV objects). The tokens are the only
 variable-length input and come last, so the encoding is unambiguous without a count. The tag
 is the same for every model: the model is a namespace field of its own.
+
+Keyed chains: unkeyed, anyone who can guess a prompt (a short one, a known system prompt)
+can compute its id and confirm the guess against what a relay carries. A deployment with a
+prompt key (`--prompt-key`) computes every link as HMAC-SHA256(key, same input) instead, so
+ids reveal nothing without the key, and sidecars that share the key still share prefixes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,8 +136,11 @@ def chunk_count(token_count: int, chunk_size: int) -> int:
     return count
 
 
-def chunk_links(token_ids: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[bytes]:
-    """Every link of the prompt's hash chain, one per chunk (the last one may be partial)."""
+def chunk_links(
+    token_ids: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE, key: bytes | None = None
+) -> list[bytes]:
+    """Every link of the prompt's hash chain, one per chunk (the last one may be partial);
+    keyed with `key` (HMAC-SHA256) when the deployment has one."""
     chunk_count(len(token_ids), chunk_size)
     prefix = CHAIN_TAG + struct.pack("<I", chunk_size)
     link = bytes(LINK_BYTES)
@@ -142,11 +151,17 @@ def chunk_links(token_ids: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE) 
             packed = struct.pack(f"<{len(chunk)}I", *chunk)
         except struct.error:
             raise NamingError(f"token ids must be integers in [0, {MAX_TOKEN_ID}]") from None
-        link = hashlib.sha256(link + prefix + packed).digest()
+        data = link + prefix + packed
+        if key is None:
+            link = hashlib.sha256(data).digest()
+        else:
+            link = hmac.new(key, data, hashlib.sha256).digest()
         links.append(link)
     return links
 
 
-def prompt_id(token_ids: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE) -> str:
+def prompt_id(
+    token_ids: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE, key: bytes | None = None
+) -> str:
     """The namespace field that names a prompt: the hex of the last link of its chain."""
-    return chunk_links(token_ids, chunk_size)[-1].hex()
+    return chunk_links(token_ids, chunk_size, key)[-1].hex()

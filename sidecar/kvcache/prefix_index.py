@@ -58,9 +58,14 @@ class _Entry:
 class PrefixIndex:
     """Known prompts by hash-chain link, per model and chunk size."""
 
-    def __init__(self, max_links: int = DEFAULT_MAX_LINKS) -> None:
+    def __init__(
+        self, max_links: int = DEFAULT_MAX_LINKS, *, prompt_key: bytes | None = None
+    ) -> None:
+        """`prompt_key`: the deployment's, if its chains are keyed (`naming`): queries are
+        hashed with it, or they would match nothing the publishers named."""
         if max_links < MAX_CHUNKS:
             raise ValueError(f"max_links must hold one catalog of {MAX_CHUNKS} chunks")
+        self.prompt_key = prompt_key
         self._max_links = max_links
         self._entries: OrderedDict[PromptName, _Entry] = OrderedDict()
         self._holders: dict[tuple[str, bytes], dict[PromptName, None]] = {}
@@ -93,6 +98,10 @@ class PrefixIndex:
             del self._chunk_sizes[name.model]
         self._link_count -= len(entry.links)
 
+    def links(self, token_ids: Sequence[int], chunk_size: int) -> list[bytes]:
+        """A query's links, as the deployment's publishers compute them."""
+        return chunk_links(token_ids, chunk_size, self.prompt_key)
+
     def lookup(self, model: str, token_ids: Sequence[int]) -> PrefixMatch | None:
         """The known prompt sharing the most leading whole chunks with `token_ids`, if any.
 
@@ -103,7 +112,7 @@ class PrefixIndex:
         if not token_ids:
             return best
         for chunk_size in self._chunk_sizes.get(model, ()):
-            links = chunk_links(token_ids, chunk_size)
+            links = self.links(token_ids, chunk_size)
             for index in reversed(range(len(links))):
                 holders = self._holders.get((model, links[index]))
                 if holders:

@@ -71,6 +71,25 @@ def _track(text: str) -> str:
 REQUIRED = object()
 
 
+MIN_PROMPT_KEY_BYTES = 16
+MAX_PROMPT_KEY_BYTES = 1024
+
+
+def _prompt_key(text: str) -> bytes:
+    """A prompt key file's bytes (a trailing newline dropped): 16 to 1024 of them, e.g.
+    `head -c 32 /dev/urandom > prompt.key` (`kvcache.naming` says what it keys)."""
+    path = Path(text)
+    try:
+        key = path.read_bytes().removesuffix(b"\n")
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror}") from None
+    if not MIN_PROMPT_KEY_BYTES <= len(key) <= MAX_PROMPT_KEY_BYTES:
+        raise ValueError(
+            f"{path}: {len(key)} bytes, expected {MIN_PROMPT_KEY_BYTES} to {MAX_PROMPT_KEY_BYTES}"
+        )
+    return key
+
+
 def _boolean(text: str | bool) -> bool:
     if isinstance(text, bool):  # TOML's true and false
         return text
@@ -119,6 +138,15 @@ OPTIONS: tuple[Option, ...] = (
         "(a mounted Secret rotates)",
         env_name=ENV_PREFIX + "TOKEN_FILE",
     ),
+    Option(
+        "prompt_key",
+        _prompt_key,
+        None,
+        "FILE",
+        "the deployment's prompt key (16+ random bytes, the same on every sidecar): prompt "
+        "ids are keyed with it, so relays cannot confirm a guessed prompt",
+        env_name=ENV_PREFIX + "PROMPT_KEY_FILE",
+    ),
     Option("grpc", _unix_socket, REQUIRED, "unix://PATH", "socket of the model server's API"),
     Option("probe", parse_address, "127.0.0.1:7070", "HOST:PORT", "gRPC health over TCP"),
     Option(
@@ -156,6 +184,7 @@ class SidecarConfig:
     relay: str
     ca: Path | None
     token: Path | None
+    prompt_key: bytes | None
     grpc: Path
     probe: Address
     probe_api: bool

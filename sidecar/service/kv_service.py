@@ -26,7 +26,7 @@ import torch
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges
-from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count, prompt_id
+from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count
 from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.log import get_logger
@@ -141,7 +141,7 @@ class KVService:
         self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
         self._loads: set[asyncio.Task[None]] = set()
         self._publishing: set[asyncio.Task[None]] = set()
-        self._local = PrefixIndex()
+        self._local = PrefixIndex(prompt_key=link.publisher.prompt_key)
         """Chunk links of the prompts published here, to load them from `_local_kv`."""
         self._local_kv: dict[tuple[bytes, ...], torch.Tensor] = {}
 
@@ -206,7 +206,7 @@ class KVService:
         default = default_track or (
             self.settings.default_track if self.settings.default_track in offered else offered[0]
         )
-        name = PromptName(buffers.model, prompt_id(token_ids, self.settings.chunk_size))
+        name = self.link.publisher.prompt_name(buffers.model, token_ids, self.settings.chunk_size)
         namespace = name.namespace()
         known = self._published.get(namespace)
         if known is not None:

@@ -67,7 +67,7 @@ class RelayLink:
         self.publisher = publisher
         self.chunk_size = chunk_size
         self.backoff = backoff
-        self.index = PrefixIndex()
+        self.index = PrefixIndex(prompt_key=publisher.prompt_key)
         """Catalog links seen, kept across sessions: a prompt outlives a reconnect."""
         self._throughput: ThroughputEstimate | None = None
         """The last session's measured throughput, which the next one starts from: the

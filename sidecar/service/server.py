@@ -76,7 +76,7 @@ async def run_sidecar(
     link = RelayLink(
         config.relay,
         settings,
-        KVPublisher(),
+        KVPublisher(prompt_key=config.prompt_key),
         chunk_size=config.chunk_size,
         on_change=relay_changed,
         token=lambda: read_token(config.token),

@@ -63,9 +63,17 @@ class PublishError(ValueError):
 class KVPublisher(Publisher):
     """The MoQT tracks of every prompt this process publishes, encoded on demand."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, prompt_key: bytes | None = None) -> None:
+        """`prompt_key`: the deployment's, to key prompt ids and links (`naming`)."""
         super().__init__()
+        self.prompt_key = prompt_key
         self._prompts: dict[tuple[bytes, ...], PublishedPrompt] = {}
+
+    def prompt_name(
+        self, model: str, token_ids: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> PromptName:
+        """The name this publisher gives a prompt (its id keyed if the deployment is)."""
+        return PromptName(model, prompt_id(token_ids, chunk_size, self.prompt_key))
 
     def prompt(
         self,
@@ -79,7 +87,7 @@ class KVPublisher(Publisher):
         payload_hook: PayloadHook | None = None,
     ) -> PublishedPrompt:
         """Declare a prompt; its KV follows with `add_chunk` or `publish`."""
-        name = PromptName(model, prompt_id(token_ids, chunk_size))
+        name = self.prompt_name(model, token_ids, chunk_size)
         if name.namespace() in self._prompts:
             raise PublishError(f"prompt {name.prompt_id} is already published")
         prompt = PublishedPrompt(
@@ -224,7 +232,12 @@ class PublishedPrompt:
         """The catalog before any chunk: links, and codec tables fitted on the first chunk."""
         tables = {name: get_codec(name).fit_tables(self.layout, kv) for name in self.offered}
         return Catalog.for_prompt(
-            self.name.model, self.layout, self.token_ids, tables, self.chunk_size
+            self.name.model,
+            self.layout,
+            self.token_ids,
+            tables,
+            self.chunk_size,
+            prompt_key=self._publisher.prompt_key,
         )
 
     def _encode(self, name: str, kv: torch.Tensor) -> list[bytes]:

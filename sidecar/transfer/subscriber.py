@@ -38,7 +38,7 @@ from sidecar.kvcache.catalog import Catalog, ChunkIntegrityError
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
-from sidecar.kvcache.naming import PromptName, chunk_links
+from sidecar.kvcache.naming import PromptName
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
 from sidecar.log import get_logger
 from sidecar.moqt.aio.api import FetchStream, MoqtApiError, RequestRefused, Session
@@ -197,7 +197,7 @@ class KVSubscriber:
         `max_announced` bounds the announced prompts tracked (`PublishedPrompts`)."""
         self.session = session
         self.chunk_size = chunk_size
-        self.index = index or PrefixIndex()
+        self.index = PrefixIndex() if index is None else index  # an empty one is falsy
         self.throughput = throughput or ThroughputEstimate()
         """Measured over every chunk this subscriber has loaded, and what each load starts
         from: a load that started from the 1 Gbit/s prior on a slow link would take its
@@ -306,7 +306,7 @@ class KVSubscriber:
         self, model: str, token_ids: Sequence[int], tokens: int
     ) -> dict[PromptName, int]:
         """The prompts the query's links name that would cover more than `tokens` of it."""
-        links = chunk_links(token_ids, self.chunk_size)
+        links = self.index.links(token_ids, self.chunk_size)
         named = (
             (PromptName(model, links[i].hex()), min((i + 1) * self.chunk_size, len(token_ids)))
             for i in range(len(links))
@@ -367,7 +367,7 @@ class KVSubscriber:
             log.info("catalog_not_indexed", prompt=catalog.name.prompt_id, reason=str(exc))
         else:
             self.announced.seen(catalog)
-        return _shared_chunks(catalog, token_ids)
+        return _shared_chunks(catalog, self.index.links(token_ids, catalog.chunk_size))
 
 
 @dataclass(slots=True)
@@ -569,9 +569,8 @@ def _verified_kv(catalog: Catalog, index: int, track: str, payloads: list[bytes]
     return get_codec(track).decode(payloads, catalog.layout, catalog.track(track).tables)
 
 
-def _shared_chunks(catalog: Catalog, token_ids: Sequence[int]) -> int:
-    """Leading chunks of the query equal (by hash-chain link) to the catalog's."""
-    links = chunk_links(token_ids, catalog.chunk_size)
+def _shared_chunks(catalog: Catalog, links: Sequence[bytes]) -> int:
+    """Leading chunks of the query (its `links`) equal to the catalog's."""
     shared = 0
     for mine, theirs in zip(links, catalog.chunk_hashes, strict=False):
         if mine != theirs:

@@ -317,25 +317,31 @@ def test_external_relay_and_ca(tmp_path: Path) -> None:
     assert "kvmoq-ca" not in {v["name"] for v in spec["volumes"]}
 
 
-def test_a_token_secret_becomes_the_sidecars_token_file(tmp_path: Path) -> None:
-    values = merged(INFERENCE, {"sidecar": {"token": {"secret": "kv-token", "key": "jwt"}}})
+@pytest.mark.parametrize(
+    ("value", "volume", "variable"),
+    [("token", "token", "KVMOQ_TOKEN_FILE"), ("promptKey", "prompt-key", "KVMOQ_PROMPT_KEY_FILE")],
+)
+def test_secrets_become_files_the_sidecar_reads(
+    tmp_path: Path, value: str, volume: str, variable: str
+) -> None:
+    values = merged(INFERENCE, {"sidecar": {value: {"secret": "kv-secret", "key": "k"}}})
     spec = pod(render(tmp_path, values))["spec"]
     sidecar = container(spec, "kvmoq-sidecar", "initContainers")
-    assert env(sidecar)["KVMOQ_TOKEN_FILE"] == "/etc/kvmoq/token/jwt"
+    assert env(sidecar)[variable] == f"/etc/kvmoq/{volume}/k"
     mounts = {m["name"]: m for m in sidecar["volumeMounts"]}
-    assert mounts["kvmoq-token"] == {
-        "name": "kvmoq-token",
-        "mountPath": "/etc/kvmoq/token",
+    assert mounts[f"kvmoq-{volume}"] == {
+        "name": f"kvmoq-{volume}",
+        "mountPath": f"/etc/kvmoq/{volume}",
         "readOnly": True,
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes["kvmoq-token"]["secret"] == {
-        "secretName": "kv-token",
-        "items": [{"key": "jwt", "path": "jwt"}],
+    assert volumes[f"kvmoq-{volume}"]["secret"] == {
+        "secretName": "kv-secret",
+        "items": [{"key": "k", "path": "k"}],
     }
-    spec = pod(render(tmp_path, INFERENCE))["spec"]  # no Secret: no token, no volume
-    assert "KVMOQ_TOKEN_FILE" not in env(container(spec, "kvmoq-sidecar", "initContainers"))
-    assert "kvmoq-token" not in {v["name"] for v in spec["volumes"]}
+    spec = pod(render(tmp_path, INFERENCE))["spec"]  # no Secret: no file, no volume
+    assert variable not in env(container(spec, "kvmoq-sidecar", "initContainers"))
+    assert f"kvmoq-{volume}" not in {v["name"] for v in spec["volumes"]}
 
 
 def test_settings_become_kvmoq_env(tmp_path: Path) -> None:
@@ -380,7 +386,7 @@ def test_schema_knows_every_sidecar_setting() -> None:
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     settings = schema["properties"]["sidecar"]["properties"]["settings"]["properties"]
-    chart_owned = {"relay", "ca", "token", "grpc", "probe", "http", "shm_roots"}
+    chart_owned = {"relay", "ca", "token", "prompt_key", "grpc", "probe", "http", "shm_roots"}
     assert set(settings) | chart_owned == {option.name for option in OPTIONS}
     assert not set(settings) & chart_owned
 

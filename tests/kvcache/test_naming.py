@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 
 import pytest
@@ -48,6 +49,18 @@ def test_chain_follows_the_documented_construction() -> None:
     assert CHAIN_TAG == b"kvcache.moq.arpa/v1 chunk"
     assert chunk_links(VECTOR_TOKENS, 4) == [link0, link1]
     assert link1.hex() == VECTOR_PROMPT_ID
+
+
+def test_a_keyed_chain_is_hmac_of_the_same_input_and_keeps_shared_prefixes() -> None:
+    key = b"kvmoq test key 0"
+    tail = CHAIN_TAG + struct.pack("<I", 4)
+    link0 = hmac.new(key, bytes(32) + tail + struct.pack("<4I", 1, 2, 3, 4), "sha256").digest()
+    link1 = hmac.new(key, link0 + tail + struct.pack("<I", 5), "sha256").digest()
+    assert chunk_links(VECTOR_TOKENS, 4, key) == [link0, link1]
+    assert prompt_id(VECTOR_TOKENS, 4, key) == link1.hex() != VECTOR_PROMPT_ID
+    assert prompt_id(VECTOR_TOKENS, 4, b"another key 0123") != link1.hex()
+    longer = chunk_links([*VECTOR_TOKENS[:4], 9, 9], 4, key)
+    assert longer[0] == link0 and longer[1] != link1  # same first chunk, same first link
 
 
 def shared_chunks(a: list[int], b: list[int], chunk_size: int) -> int:

@@ -23,6 +23,8 @@ def test_documented_vectors_match_the_code() -> None:
     section = naming_section()
     for link in chunk_links([1, 2, 3, 4, 5], 4):
         assert link.hex() in section
+    for link in chunk_links([1, 2, 3, 4, 5], 4, b"kvmoq test key 0"):  # keyed
+        assert link.hex() in section
     assert payload_digest(VECTOR_INT8_CHUNK0).hex() in section
     catalog = vector_catalog().encode()
     assert f"\n{catalog.decode()}\n" in section

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from sidecar.cli import main as kvmoq
+from sidecar.kvcache.naming import prompt_id
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.aio.transport import MoqtConnectError
@@ -271,7 +272,8 @@ def test_sidecars_present_their_token_files_to_a_guarded_relay(
     guarded: RelayProcess, cert: CertificatePaths, keys: dict[str, Path], tmp_path: Path
 ) -> None:
     """`kvmoq sidecar --token FILE`: a prompt published by one sidecar loads, bit-exact, in
-    another whose token lets it subscribe, and not in a third whose token does not."""
+    another whose token lets it subscribe, and not in a third whose token does not. The
+    sidecars share a prompt key (`--prompt-key`): the relay sees keyed prompt ids."""
     from kvmoq_client.v1 import kv_cache_pb2 as pb
 
     from tests.service.sidecar_proc import (
@@ -293,6 +295,8 @@ def test_sidecars_present_their_token_files_to_a_guarded_relay(
     }.items():
         files[name] = tmp_path / f"{name}.jwt"
         files[name].write_text(sign(load_key(keys["hs"]), "", **claims))  # type: ignore[arg-type]
+    prompt_key = tmp_path / "prompt.key"
+    prompt_key.write_bytes(b"a deployment's prompt key")
     prompt = list(range(5000, 5032))
     kv = synthetic_kv(LAYOUT, len(prompt), seed=5)
     every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
@@ -300,13 +304,22 @@ def test_sidecars_present_their_token_files_to_a_guarded_relay(
         shm = stack.enter_context(shm_directory())
         sidecars = {
             name: stack.enter_context(
-                running_sidecar(guarded.url, cert, "--chunk-size", str(CHUNK), "--token", str(path))
+                running_sidecar(
+                    guarded.url,
+                    cert,
+                    *("--chunk-size", str(CHUNK), "--token", str(path)),
+                    *("--prompt-key", str(prompt_key)),
+                )
             )
             for name, path in files.items()
         }
         for sidecar in sidecars.values():
             sidecar.wait_ready()
-        publish_whole(sidecars["prefill"], MODEL, LAYOUT, kv, prompt, shm, tracks=["fp16"])
+        published = publish_whole(
+            sidecars["prefill"], MODEL, LAYOUT, kv, prompt, shm, tracks=["fp16"]
+        )
+        keyed = prompt_id(prompt, CHUNK, prompt_key.read_bytes())
+        assert published.prompt_id == keyed != prompt_id(prompt, CHUNK)
         for name, complete in (("decoder", True), ("outsider", False)):
             own = stack.enter_context(shm_directory())
             destination = ContiguousKV(LAYOUT, max_tokens=32, directory=own)

@@ -65,3 +65,16 @@ def test_the_kv_api_on_the_probe_port_and_the_token_file_are_opt_in(tmp_path: Pa
     assert config([*base, "--config", str(file)]).probe_api
     with pytest.raises(ConfigError, match="KVMOQ_PROBE_API: expected true or false"):
         config(base, {"KVMOQ_PROBE_API": "maybe"})
+
+
+def test_a_prompt_key_is_read_from_its_file_and_checked(tmp_path: Path) -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    key = tmp_path / "prompt.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef\n")
+    assert config(base, {"KVMOQ_PROMPT_KEY_FILE": str(key)}).prompt_key == b"0123456789abcdef" * 2
+    assert config(base).prompt_key is None
+    key.write_bytes(b"short")
+    with pytest.raises(ConfigError, match=r"--prompt-key: .*5 bytes, expected 16 to 1024"):
+        config([*base, "--prompt-key", str(key)])
+    with pytest.raises(ConfigError, match="No such file"):
+        config([*base, "--prompt-key", str(tmp_path / "missing")])

@@ -9,6 +9,8 @@ import torch
 from sidecar.address import free_udp_port
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
+from sidecar.kvcache.naming import prompt_id
+from sidecar.kvcache.prefix_index import PrefixIndex
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
@@ -444,5 +446,47 @@ def test_a_load_starts_from_the_throughput_earlier_loads_measured(
             second = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 3)
             assert [c.track for c in second.loaded] == ["fp16"] * 3
             assert subscriber.throughput.samples == 6
+
+    run(main)
+
+
+def test_keyed_prompt_ids_share_prefixes_only_with_the_same_key(
+    relay: RelayProcess,
+    cert: CertificatePaths,
+) -> None:
+    """A deployment's prompt key: the relay sees ids nobody can compute from a guessed
+    prompt, sidecars with the key find and load the shared prefix as before, and one with
+    another key (or none) finds nothing."""
+    key, other = b"k" * 32, b"o" * 32
+    published = list(range(400, 400 + 3 * CHUNK))
+    query = [*published, *range(950, 960)]
+    kv = synthetic_kv(len(published), LAYOUT, seed=4)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            kv_publisher = KVPublisher(prompt_key=key)
+            session = await net.session(kv_publisher)
+            prompt = kv_publisher.prompt(
+                MODEL, LAYOUT, published, tracks=("int8",), chunk_size=CHUNK
+            )
+            await session.publish_namespace(prompt.namespace)
+            await prompt.publish(kv)
+            assert prompt.name.prompt_id != prompt_id(published, CHUNK)  # the unkeyed id
+            assert prompt.name.prompt_id == prompt_id(published, CHUNK, key)
+
+            def subscriber_with(prompt_key: bytes | None) -> KVSubscriber:
+                index = PrefixIndex(prompt_key=prompt_key)
+                return KVSubscriber(session_for[prompt_key], chunk_size=CHUNK, index=index)
+
+            session_for = {k: await net.session() for k in (key, other, None)}
+            found = await subscriber_with(key).lookup(MODEL, query)
+            assert (found.prompt, found.tokens) == (prompt.name, 3 * CHUNK)
+            out = torch.zeros(LAYOUT.shape(len(query)))
+            result = await subscriber_with(key).load(MODEL, query, out, 30)
+            assert result.stopped is StopReason.COMPLETE
+            assert torch.equal(out[:, :, : 3 * CHUNK], roundtrip("int8", kv))
+            for stranger in (other, None):
+                missed = await subscriber_with(stranger).lookup(MODEL, query)
+                assert (missed.prompt, missed.tokens) == (None, 0)
 
     run(main)

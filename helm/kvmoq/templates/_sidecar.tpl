@@ -93,8 +93,10 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
     {{- if include "kvmoq.caSecret" . }}
     - {name: KVMOQ_CA, value: {{ printf "/etc/kvmoq/ca/%s" $s.ca.key | quote }}}
     {{- end }}
-    {{- if $s.token.secret }}
-    - {name: KVMOQ_TOKEN_FILE, value: {{ printf "/etc/kvmoq/token/%s" $s.token.key | quote }}}
+    {{- range $value, $env := include "kvmoq.secretFiles" . | fromYaml }}
+    {{- with index $s $value }}{{ if .secret }}
+    - {name: {{ $env }}, value: {{ printf "/etc/kvmoq/%s/%s" (kebabcase $value) .key | quote }}}
+    {{- end }}{{ end }}
     {{- end }}
     - {name: KVMOQ_GRPC, value: {{ printf "unix://%s" (include "kvmoq.socketPath" .) | quote }}}
     - {name: KVMOQ_PROBE, value: "{{ eq $s.probes "grpc" | ternary "0.0.0.0" "127.0.0.1" }}:{{ $s.probePort }}"}
@@ -136,8 +138,10 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
     {{- if include "kvmoq.caSecret" . }}
     - {name: kvmoq-ca, mountPath: /etc/kvmoq/ca, readOnly: true}
     {{- end }}
-    {{- if $s.token.secret }}
-    - {name: kvmoq-token, mountPath: /etc/kvmoq/token, readOnly: true}
+    {{- range $value, $env := include "kvmoq.secretFiles" . | fromYaml }}
+    {{- if (index $s $value).secret }}
+    - {name: {{ printf "kvmoq-%s" (kebabcase $value) }}, mountPath: {{ printf "/etc/kvmoq/%s" (kebabcase $value) }}, readOnly: true}
+    {{- end }}
     {{- end }}
 {{- end }}
 
@@ -162,11 +166,20 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
     items:
       - {key: {{ $.Values.sidecar.ca.key }}, path: {{ $.Values.sidecar.ca.key }}}
 {{- end }}
-{{- with .Values.sidecar.token.secret }}
-- name: kvmoq-token
+{{- range $value, $env := include "kvmoq.secretFiles" . | fromYaml }}
+{{- with index $.Values.sidecar $value }}{{ if .secret }}
+- name: {{ printf "kvmoq-%s" (kebabcase $value) }}
   secret:
-    secretName: {{ . }}
+    secretName: {{ .secret }}
     items:
-      - {key: {{ $.Values.sidecar.token.key }}, path: {{ $.Values.sidecar.token.key }}}
+      - {key: {{ .key }}, path: {{ .key }}}
+{{- end }}{{ end }}
 {{- end }}
+{{- end }}
+
+{{/* Secrets the sidecar reads as files: the sidecar value that names the Secret, and the
+environment variable that gives the sidecar the file's path. */}}
+{{- define "kvmoq.secretFiles" -}}
+token: KVMOQ_TOKEN_FILE
+promptKey: KVMOQ_PROMPT_KEY_FILE
 {{- end }}
