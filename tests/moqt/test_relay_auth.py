@@ -75,6 +75,10 @@ def test_a_grant_covers_whole_path_segments_of_the_namespace() -> None:
     assert not grant.may_publish((b"kvcache.moq.arpa/v1", b"SmolLM2-135M", b"\xff"))  # not UTF-8
     assert not grant.may_subscribe(MINE)  # no "sub" claim: nothing to read
     assert Grant.everything().may_subscribe(THEIRS) and not Grant.nothing().may_publish(MINE)
+    assert Grant.everything().may_publish((b"\xff",))  # no key, no checks: any namespace
+    follower = Grant(publish=None, subscribe=("kvcache.moq.arpa", "v1", "SmolLM2-135M"))
+    assert follower.may_follow(()) and follower.may_follow(MINE)  # above or under its scope
+    assert not follower.may_follow(THEIRS)
 
 
 def test_tokens_are_read_from_the_setup_parameter_or_the_path(keys: dict[str, Path]) -> None:
@@ -219,8 +223,19 @@ def test_a_token_scopes_what_its_session_may_publish_and_subscribe(
                 await decoder.fetch(FullTrackName(THEIRS, b"int8"), Location(0, 0), 0)
             assert refused.value.code == FetchErrorCode.UNAUTHORIZED
             with pytest.raises(api.RequestRefused) as refused:
-                await decoder.subscribe_namespace((b"kvcache.moq.arpa/v1",))  # above its scope
+                await decoder.subscribe_namespace((b"elsewhere",))  # beside its scope
             assert refused.value.code == SubscribeNamespaceErrorCode.UNAUTHORIZED
+            # Above its scope (moq-rs follows the empty prefix): taken, and narrowed to it.
+            async with api.connect(
+                guarded.url, settings, token=token(keys, publish="other-model")
+            ) as other:
+                await other.publish_namespace(THEIRS)
+                namespaces = await decoder.subscribe_namespace((b"kvcache.moq.arpa/v1",))
+                heard = await asyncio.wait_for(anext(namespaces), 10)
+                assert heard == api.Announcement(MINE, True)
+                await asyncio.sleep(0.3)  # THEIRS would have come by now
+                await namespaces.unsubscribe()
+                assert [a async for a in namespaces] == []
             with pytest.raises(api.RequestRefused) as refused:
                 await decoder.publish_namespace(MINE)
             assert refused.value.code == PublishNamespaceErrorCode.UNAUTHORIZED

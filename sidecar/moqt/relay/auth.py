@@ -74,23 +74,32 @@ class Grant:
     publish: Segments | None
     subscribe: Segments | None
     expires: float | None = None
+    unchecked: bool = False
+    """No token checks at all: even a namespace that is no path (not UTF-8) is allowed."""
 
     @classmethod
     def everything(cls) -> Grant:
         """A relay without a key, and the relay's own session to its upstream."""
-        return cls((), ())
+        return cls((), (), unchecked=True)
 
     @classmethod
     def nothing(cls) -> Grant:
         return cls(None, None)
 
     def may_publish(self, namespace: tuple[bytes, ...]) -> bool:
-        return _under(namespace_segments(namespace), self.publish)
+        return self.unchecked or _under(namespace_segments(namespace), self.publish)
 
     def may_subscribe(self, namespace: tuple[bytes, ...]) -> bool:
         """Whether tracks of ``namespace`` may be read (for SUBSCRIBE_NAMESPACE: the prefix,
         so every namespace announced under it is readable too)."""
-        return _under(namespace_segments(namespace), self.subscribe)
+        return self.unchecked or _under(namespace_segments(namespace), self.subscribe)
+
+    def may_follow(self, prefix: tuple[bytes, ...]) -> bool:
+        """Whether a SUBSCRIBE_NAMESPACE of ``prefix`` is taken: under the subscribe scope, or
+        above it (moq-rs follows the empty prefix, whatever its token): the session then
+        hears only of namespaces it may subscribe to."""
+        path = namespace_segments(prefix)
+        return self.unchecked or _under(path, self.subscribe) or _under(self.subscribe, path)
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires

@@ -550,10 +550,11 @@ class Relay:
 
     def _on_namespace_subscribe(self, peer: Peer, event: ev.NamespaceSubscribeRequested) -> None:
         message = event.message
-        unauthorized = SubscribeNamespaceErrorCode.UNAUTHORIZED
-        if self._unauthorized(
-            peer, message.request_id, message.namespace, publish=False, code=unauthorized
-        ):
+        if not peer.grant.may_follow(message.namespace):
+            logger.warning("relay: %s may not follow %r", peer.name, message.namespace)
+            self._session(peer).reject(
+                message.request_id, SubscribeNamespaceErrorCode.UNAUTHORIZED, "not authorized"
+            )
             return
         try:
             self.namespaces.add_prefix(peer, message.namespace)
@@ -591,8 +592,12 @@ class Relay:
         peer.announced.discard(event.message.namespace)
 
     def _announce(self, peer: Peer, namespace: Namespace) -> None:
-        """Tell a namespace subscriber of a namespace (never its own)."""
-        if namespace in peer.announced or peer in self.namespaces.publishers(namespace):
+        """Tell a namespace subscriber of a namespace (never its own, nor one it may not read)."""
+        if (
+            namespace in peer.announced
+            or peer in self.namespaces.publishers(namespace)
+            or not peer.grant.may_subscribe(namespace)
+        ):
             return
         try:
             self._session(peer).publish_namespace(namespace)
@@ -878,6 +883,7 @@ class Relay:
             or not upstream.pushed
             or upstream.state is not UpstreamState.LIVE
             or upstream.peer is peer
+            or not peer.grant.may_subscribe(track.name.namespace)
             or any(offer.track is track for offer in peer.offers.values())
             or any(sub.track is track for sub in peer.downstreams.values())
         ):

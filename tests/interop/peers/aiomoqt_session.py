@@ -26,7 +26,8 @@ def draft14_client(url: str, ca: str) -> MOQTClient:
     return MOQTClient(
         parts.hostname,
         parts.port,
-        path=parts.path or None,
+        # With its query: moq-relay's clients (and kvmoq's) carry a token as ?jwt=.
+        path=(parts.path + (f"?{parts.query}" if parts.query else "")) or None,
         use_quic=True,
         verify_tls=True,
         ca_file=os.path.abspath(ca),
