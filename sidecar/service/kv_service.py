@@ -396,20 +396,27 @@ class KVService:
         result: LoadResult | None = None
         subscriber = self.link.subscriber
         local = self._local.lookup(buffers.model, token_ids)
+        # A hard bound too: the subscriber's rule plans chunks inside the deadline, but a
+        # relay gone silent can hold a request past it, and the client must still get
+        # LoadFinished (what was written) before its own deadline.
+        budget = asyncio.timeout(deadline)
         try:
             if local is not None:
                 stop = self._load_local(local, write)
             elif subscriber is None:
                 stop = StopReason.RELAY_GONE
             else:
-                result = await subscriber.load(
-                    buffers.model, token_ids, write, deadline, quality_order=quality_order
-                )
+                async with budget:
+                    result = await subscriber.load(
+                        buffers.model, token_ids, write, deadline, quality_order=quality_order
+                    )
                 stop = result.stopped
         except asyncio.CancelledError:
             stop = StopReason.CANCELLED
         except (MoqtApiError, ConnectionError, TimeoutError):
-            stop = StopReason.RELAY_GONE  # closed, or silent past the MoQT request timeout
+            # TimeoutError from `budget` is the deadline; from a MoQT request, a relay silent
+            # past the request timeout. Either way `written` says what landed.
+            stop = StopReason.DEADLINE if budget.expired() else StopReason.RELAY_GONE
         except Exception as exc:
             emit(exc)
             return

@@ -48,6 +48,11 @@ _STATUS = {
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
+FINISH_MARGIN_S = 0.2
+"""Of a call's gRPC deadline, what the load leaves for LoadFinished to reach the client:
+a load planned to the deadline itself would race it and end in DEADLINE_EXCEEDED with no
+word of what was written."""
+
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 _HANDLE_REFUSALS: dict[type[HandleError], type[RequestError]] = {
@@ -140,7 +145,7 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
             budgets.append(request.deadline.ToNanoseconds() / 1e9 - time.time())
         remaining = context.time_remaining()
         if remaining is not None:
-            budgets.append(remaining)
+            budgets.append(remaining - FINISH_MARGIN_S)
         return min(budgets) if budgets else self.service.settings.load_seconds
 
 

@@ -161,3 +161,36 @@ def test_sigterm_drains_running_loads_then_exits(cert: CertificatePaths, shm: Pa
             assert sidecar.process.wait(30) == 0
         finished = sidecar.wait_log("load_finished", request_id="drained")
         assert (finished["stop"], finished["loaded"]) == ("cancelled", [])
+
+
+@pytest.mark.slow
+def test_a_load_stuck_on_a_silent_relay_still_ends_with_load_finished(
+    cert: CertificatePaths, shm: Path
+) -> None:
+    """The relay stops answering mid-load and the client's gRPC deadline is short: the
+    sidecar ends the load a margin before that deadline and reports what it wrote
+    (nothing here), instead of the call ending in DEADLINE_EXCEEDED with no word."""
+    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
+
+    prompt = list(range(7000, 7064))
+    kv = synthetic_kv(LAYOUT, len(prompt), seed=1)
+    with (
+        running_relay(cert) as relay,
+        shm_directory() as own,
+        running_sidecar(relay.url, cert, "--chunk-size", "16") as prefill,
+        running_sidecar(relay.url, cert, "--chunk-size", "16", *PATIENT) as decoder,
+    ):
+        prefill.wait_ready()
+        decoder.wait_ready()
+        publish_whole(prefill, MODEL, LAYOUT, kv, prompt, shm, tracks=["fp16"])
+        destination = ContiguousKV(LAYOUT, max_tokens=64, directory=own)
+        set_id = decoder.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+        request = pb.LoadRequest(
+            buffer_set_id=set_id, token_ids=prompt, destination=every_token, tracks=["fp16"]
+        )
+        with frozen(relay):
+            chunks, finished = load(decoder.stub, request, timeout=3)
+        assert finished.stop_reason == pb.STOP_REASON_DEADLINE
+        assert spans(finished.loaded) == [] and not chunks
+        assert finished.compute_tokens == len(prompt)
