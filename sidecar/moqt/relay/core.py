@@ -340,8 +340,8 @@ class Relay:
         self._transmit()
 
     def _on_setup(self, peer: Peer, event: ev.SetupCompleted) -> None:
-        """A client's SETUP: what its token grants it (the relay's own upstream session,
-        where this relay is the client, is granted everything by ``attach_upstream``)."""
+        """A client's SETUP: what its token grants it. A session this relay opened itself
+        (to its upstream relay, where it is the client) is granted everything."""
         if peer.moqt.is_client:
             peer.grant = Grant.everything()  # a session this relay opened: to its upstream
             return
@@ -483,10 +483,10 @@ class Relay:
     def end_local(self, track: Track) -> None:
         """End a local track: subscribers get PUBLISH_DONE (TRACK_ENDED) once they have what
         it holds, and later requests are served from the pinned cache until ``close_local``."""
-        upstream = track.upstream
-        if upstream is None or upstream.peer is not None:
+        if not track.local:
             return  # ended already
-        upstream.end(PublishDoneStatus.TRACK_ENDED, "track ended")
+        assert track.upstream is not None
+        track.upstream.end(PublishDoneStatus.TRACK_ENDED, "track ended")
         if LOCAL_STREAM in track.live_streams:
             self._stream_over(track, LOCAL_STREAM, reset=False)  # ends the track too
         else:
