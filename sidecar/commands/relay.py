@@ -194,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     authorizer = None
     if args.auth_key is not None:
-        from sidecar.moqt.relay.auth import Authorizer, load_key
+        from sidecar.jwk import load_key
+        from sidecar.moqt.relay.auth import Authorizer
 
         try:
             key = load_key(args.auth_key)

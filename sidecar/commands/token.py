@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 _EPILOG = """\
@@ -91,39 +90,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    import base64
-    import secrets
-
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from jwt.algorithms import OKPAlgorithm
+    from sidecar.jwk import generate, public_half, write_secret
 
     if args.public is not None and args.algorithm != "EdDSA":
         print("kvmoq token generate: --public needs --algorithm EdDSA (HS256 has no public half)")
         return 2
-    kid = secrets.token_hex(8)
-    if args.algorithm == "HS256":
-        secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
-        private = {"kty": "oct", "k": secret}
-    else:
-        private = json.loads(OKPAlgorithm.to_jwk(Ed25519PrivateKey.generate()))
-    private.update(alg=args.algorithm, kid=kid)
-    _write_secret(args.key, private)
-    print(f"wrote {args.key} ({args.algorithm}, kid {kid})")
+    private = generate(args.algorithm)
+    write_secret(args.key, private)
+    print(f"wrote {args.key} ({args.algorithm}, kid {private['kid']})")
     if args.public is not None:
-        public = {k: v for k, v in private.items() if k != "d"}
-        args.public.write_text(json.dumps(public, indent=2) + "\n")
-        print(f"wrote {args.public} (public half: give it to relays as --auth-key)")
+        args.public.write_text(json.dumps(public_half(private), indent=2) + "\n")
+        print(
+            f"wrote {args.public} (public half: give it to relays as --auth-key, or to "
+            "sidecars as --trusted-keys)"
+        )
     return 0
 
 
-def _write_secret(path: Path, jwk: dict[str, str]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps(jwk, indent=2) + "\n")
-
-
 def run_sign(args: argparse.Namespace) -> int:
-    from sidecar.moqt.relay.auth import load_key, sign
+    from sidecar.jwk import load_key
+    from sidecar.moqt.relay.auth import sign
 
     if args.publish is None and args.subscribe is None:
         print("kvmoq token sign: give --publish, --subscribe or both (else it allows nothing)")

@@ -18,11 +18,14 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sidecar.address import Address, parse_address
 from sidecar.kvcache.errors import KVCodecError
+from sidecar.kvcache.signing import CatalogSigner, CatalogTrust
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS, parse_codec_names
+
+T = TypeVar("T")
 
 ENV_PREFIX = "KVMOQ_"
 CONFIG_ENV = "KVMOQ_CONFIG"
@@ -90,6 +93,15 @@ def _prompt_key(text: str) -> bytes:
     return key
 
 
+def _loaded(load: Callable[[Path], T]) -> Callable[[str], T]:
+    """A parser for an option naming a key file: the file is read (and checked) at start."""
+
+    def parse(text: str) -> T:
+        return load(Path(text))
+
+    return parse
+
+
 def _boolean(text: str | bool) -> bool:
     if isinstance(text, bool):  # TOML's true and false
         return text
@@ -147,6 +159,24 @@ OPTIONS: tuple[Option, ...] = (
         "ids are keyed with it, so relays cannot confirm a guessed prompt",
         env_name=ENV_PREFIX + "PROMPT_KEY_FILE",
     ),
+    Option(
+        "catalog_key",
+        _loaded(CatalogSigner.load),
+        None,
+        "FILE",
+        "the deployment's catalog key (Ed25519 JWK, kvmoq token generate --algorithm EdDSA): "
+        "every catalog this sidecar publishes is signed with it",
+        env_name=ENV_PREFIX + "CATALOG_KEY_FILE",
+    ),
+    Option(
+        "trusted_keys",
+        _loaded(CatalogTrust.load),
+        None,
+        "FILE",
+        "public catalog keys (a JWK or JWK Set): loads take only catalogs signed by one of "
+        "them; unset, any catalog the relay serves is taken",
+        env_name=ENV_PREFIX + "TRUSTED_KEYS_FILE",
+    ),
     Option("grpc", _unix_socket, REQUIRED, "unix://PATH", "socket of the model server's API"),
     Option("probe", parse_address, "127.0.0.1:7070", "HOST:PORT", "gRPC health over TCP"),
     Option(
@@ -185,6 +215,8 @@ class SidecarConfig:
     ca: Path | None
     token: Path | None
     prompt_key: bytes | None
+    catalog_key: CatalogSigner | None
+    trusted_keys: CatalogTrust | None
     grpc: Path
     probe: Address
     probe_api: bool

@@ -59,6 +59,13 @@ class Metrics:
             "Fetched chunks rejected (digest, size or decoding) and never written",
             registry=registry,
         )
+        self.catalog_refusals = Counter(
+            "kvmoq_catalog_refusals",
+            "Catalog revisions refused, by reason: unsigned, unknown_key or bad_signature "
+            "(with --trusted-keys), malformed, wrong_prompt, contradiction",
+            ["reason"],
+            registry=registry,
+        )
         self.evicted_prompts = Counter(
             "kvmoq_evicted_prompts",
             "Published prompts withdrawn to keep what they hold under --max-published-bytes",

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sidecar.kvcache.prefix_index import PrefixIndex
+from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogTrust
 from sidecar.log import get_logger
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.api import MoqtApiError
@@ -56,12 +57,14 @@ class RelayLink:
         backoff: Backoff = Backoff(),
         on_change: Callable[[bool, bool], Awaitable[None]] | None = None,
         token: Callable[[], str | None] = lambda: None,
+        trust: CatalogTrust = TRUST_THE_RELAY,
     ) -> None:
         """`on_change(up, reconnect)` hears every session opened (reconnect: not the first
         one) and closed, for readiness, health and metrics; `token()` is the token each
         connection presents (read anew each time: a session closed for an expired token
-        reconnects with the rotated one)."""
+        reconnects with the rotated one); `trust`: the keys catalogs must be signed with."""
         self.token = token
+        self.trust = trust
         self.url = url
         self.settings = settings
         self.publisher = publisher
@@ -109,7 +112,11 @@ class RelayLink:
         for namespace in sorted(self.publisher.namespaces):
             await self.announce(namespace)
         self.subscriber = KVSubscriber(
-            session, chunk_size=self.chunk_size, index=self.index, throughput=self._throughput
+            session,
+            chunk_size=self.chunk_size,
+            index=self.index,
+            throughput=self._throughput,
+            trust=self.trust,
         )
         self._sessions += 1
         log.info("relay_connected", url=self.url, session=self._sessions)

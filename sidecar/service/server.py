@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from grpc_reflection.v1alpha import reflection
 from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 
 from sidecar.address import format_address
+from sidecar.kvcache.signing import TRUST_THE_RELAY
 from sidecar.log import get_logger
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.relay.auth import read_token
@@ -73,13 +75,18 @@ async def run_sidecar(
             metrics.relay_reconnects.inc()
         await health.set(SERVICE_NAME, SERVING if up else NOT_SERVING)
 
+    trust = dataclasses.replace(
+        config.trusted_keys or TRUST_THE_RELAY,
+        on_refusal=lambda refusal: metrics.catalog_refusals.labels(refusal.value).inc(),
+    )
     link = RelayLink(
         config.relay,
         settings,
-        KVPublisher(prompt_key=config.prompt_key),
+        KVPublisher(prompt_key=config.prompt_key, signer=config.catalog_key),
         chunk_size=config.chunk_size,
         on_change=relay_changed,
         token=lambda: read_token(config.token),
+        trust=trust,
     )
     service = KVService(
         link,

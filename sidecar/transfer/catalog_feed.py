@@ -5,7 +5,10 @@ a subscriber that loads while prefill runs must hear every revision: it SUBSCRIB
 `catalog` track (new revisions) and FETCHes the largest group it already holds (the current
 one). Every revision comes from the network: it must name the prompt it was asked for, and
 `Catalog.merge` refuses one that contradicts an earlier revision, which ends the feed (a
-relay swapping digests mid-load must not get a say in what is verified next).
+relay swapping digests mid-load must not get a say in what is verified next). A subscriber
+with trusted keys (`CatalogTrust`) takes only signed revisions, and one that fails the check
+ends the feed too: whoever sent it may send the next. Every refusal is counted
+(`CatalogTrust.on_refusal`).
 
 Where a relay refuses the FETCH (moq-rs serves only what it caches), the subscription alone
 is used: such relays start a new subscriber at the group in progress.
@@ -24,6 +27,7 @@ from collections import OrderedDict
 from sidecar.kvcache.catalog import Catalog, CatalogError
 from sidecar.kvcache.naming import CATALOG_TRACK, NamingError, PromptName, namespace_prefix
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex
+from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogSignatureError, CatalogTrust, Refusal
 from sidecar.log import get_logger
 from sidecar.moqt.aio.api import Announcement, MoqtApiError, RequestRefused, Session, Subscription
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
@@ -47,14 +51,21 @@ CATALOG_READ_TIMEOUT = 5.0
 class CatalogFeed:
     """Revisions of one prompt's catalog, merged as they arrive; open with `CatalogFeed.open`."""
 
-    def __init__(self, session: Session, prompt: PromptName, subscription: Subscription) -> None:
+    def __init__(
+        self,
+        session: Session,
+        prompt: PromptName,
+        subscription: Subscription,
+        trust: CatalogTrust,
+    ) -> None:
         self.prompt = prompt
         self.catalog: Catalog | None = None
         self.error: str | None = None
-        """Why the feed stopped trusting the catalog track (a contradicting revision)."""
+        """Why the feed stopped trusting the catalog track (a contradicting revision, or one
+        whose signature does not pass)."""
         self.ended = False
         """No more revisions will come: the track ended, the publisher left, or an error."""
-        self.rejected_revisions = 0
+        self._trust = trust
         self._session = session
         self._subscription = subscription
         self._changed = asyncio.Event()
@@ -65,13 +76,15 @@ class CatalogFeed:
         return catalog_track(self.prompt)
 
     @classmethod
-    async def open(cls, session: Session, prompt: PromptName) -> CatalogFeed:
+    async def open(
+        cls, session: Session, prompt: PromptName, trust: CatalogTrust = TRUST_THE_RELAY
+    ) -> CatalogFeed:
         """Subscribe to the prompt's catalog and fetch its current revision.
 
         `RequestRefused` when the prompt is not published (nobody routes or caches it).
         """
         subscription = await session.subscribe(catalog_track(prompt))
-        feed = cls(session, prompt, subscription)
+        feed = cls(session, prompt, subscription, trust)
         if subscription.largest is not None:
             try:
                 await feed._fetch(subscription.largest.group)
@@ -118,19 +131,36 @@ class CatalogFeed:
         if status != ObjectStatus.NORMAL or self.error is not None:
             return
         try:
-            revision = Catalog.decode(payload)
+            revision = Catalog.decode(self._trust.open(payload))
             if revision.name != self.prompt:
-                raise CatalogError("catalog of another prompt")
+                self._refuse(Refusal.WRONG_PROMPT, "catalog of another prompt")
+                return
+        except CatalogSignatureError as exc:
+            self._refuse(exc.refusal, str(exc), final=True)
+            return
         except CatalogError as exc:
-            self.rejected_revisions += 1
-            log.warning("catalog_revision_rejected", prompt=self.prompt.prompt_id, reason=str(exc))
+            self._refuse(Refusal.MALFORMED, str(exc))
             return
         try:
             self.catalog = revision if self.catalog is None else self.catalog.merge(revision)
         except CatalogError as exc:
-            self.error = str(exc)
-            self.ended = True
+            self._refuse(Refusal.CONTRADICTION, str(exc), final=True)
+            return
         self._changed.set()
+
+    def _refuse(self, refusal: Refusal, reason: str, *, final: bool = False) -> None:
+        """Count and log a refused revision; `final`: trust nothing more on this track."""
+        self._trust.on_refusal(refusal)
+        log.warning(
+            "catalog_revision_rejected",
+            prompt=self.prompt.prompt_id,
+            refusal=refusal.value,
+            reason=reason,
+        )
+        if final:
+            self.error = reason
+            self.ended = True
+            self._changed.set()
 
 
 def catalog_track(prompt: PromptName) -> FullTrackName:
@@ -145,8 +175,9 @@ class CatalogFeeds:
     share the feed, which closes when the last of them releases it.
     """
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, trust: CatalogTrust = TRUST_THE_RELAY) -> None:
         self._session = session
+        self._trust = trust
         self._opening: dict[PromptName, asyncio.Task[CatalogFeed]] = {}
         self._users: dict[PromptName, int] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -156,7 +187,7 @@ class CatalogFeeds:
         task = self._opening.get(prompt)
         if task is None:
             task = self._opening[prompt] = asyncio.ensure_future(
-                CatalogFeed.open(self._session, prompt)
+                CatalogFeed.open(self._session, prompt, self._trust)
             )
         self._users[prompt] = self._users.get(prompt, 0) + 1
         try:

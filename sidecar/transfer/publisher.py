@@ -38,6 +38,7 @@ from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.naming import CATALOG_TRACK, PromptName, chunk_count, prompt_id
+from sidecar.kvcache.signing import CatalogSigner
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.moqt.aio.api import PublishedTrack, Publisher
 from sidecar.moqt.protocol.model import FullTrackName
@@ -63,10 +64,14 @@ class PublishError(ValueError):
 class KVPublisher(Publisher):
     """The MoQT tracks of every prompt this process publishes, encoded on demand."""
 
-    def __init__(self, *, prompt_key: bytes | None = None) -> None:
-        """`prompt_key`: the deployment's, to key prompt ids and links (`naming`)."""
+    def __init__(
+        self, *, prompt_key: bytes | None = None, signer: CatalogSigner | None = None
+    ) -> None:
+        """`prompt_key`: the deployment's, to key prompt ids and links (`naming`); `signer`:
+        its catalog key, to sign every catalog revision (`kvcache.signing`)."""
         super().__init__()
         self.prompt_key = prompt_key
+        self.signer = signer
         self._prompts: dict[tuple[bytes, ...], PublishedPrompt] = {}
 
     def prompt_name(
@@ -95,6 +100,11 @@ class KVPublisher(Publisher):
         )
         self._prompts[prompt.namespace] = prompt
         return prompt
+
+    def catalog_object(self, revision: Catalog) -> bytes:
+        """A revision as its catalog object carries it: signed if this publisher has a key."""
+        data = revision.encode()
+        return data if self.signer is None else self.signer.seal(data)
 
     def holds(self, prompt: PublishedPrompt) -> bool:
         """Whether `prompt` is still published here (not removed since)."""
@@ -222,7 +232,10 @@ class PublishedPrompt:
             if revision.complete or now - self._revised_at >= REVISION_INTERVAL:
                 self._revised_at = now
                 await self._catalog_track.write(
-                    revision.ready_chunks, 0, revision.encode(), end_of_group=True
+                    revision.ready_chunks,
+                    0,
+                    self._publisher.catalog_object(revision),
+                    end_of_group=True,
                 )
             if revision.complete:
                 for track in (*self._kept.values(), self._catalog_track):

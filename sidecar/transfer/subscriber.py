@@ -40,6 +40,7 @@ from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
 from sidecar.kvcache.naming import PromptName
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
+from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogTrust
 from sidecar.log import get_logger
 from sidecar.moqt.aio.api import FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
@@ -189,12 +190,14 @@ class KVSubscriber:
         index: PrefixIndex | None = None,
         throughput: ThroughputEstimate | None = None,
         max_announced: int = MAX_ANNOUNCED,
+        trust: CatalogTrust = TRUST_THE_RELAY,
     ) -> None:
         """`chunk_size` is the one configured for the models looked up (the query's links
         are probed with it); `index` may be shared by several subscribers of one process;
         `throughput` seeds the estimate, e.g. with the one of an earlier session to the
         same relay, so that a new session does not start again from the prior;
-        `max_announced` bounds the announced prompts tracked (`PublishedPrompts`)."""
+        `max_announced` bounds the announced prompts tracked (`PublishedPrompts`); `trust`
+        holds the keys catalogs must be signed with (none: any catalog is taken)."""
         self.session = session
         self.chunk_size = chunk_size
         self.index = PrefixIndex() if index is None else index  # an empty one is falsy
@@ -203,7 +206,7 @@ class KVSubscriber:
         from: a load that started from the 1 Gbit/s prior on a slow link would take its
         first chunks on the biggest track and miss a tight deadline. Concurrent loads
         share it, as they share the link."""
-        self._feeds = CatalogFeeds(session)
+        self._feeds = CatalogFeeds(session, trust)
         self.announced = PublishedPrompts(
             session, self._feeds, self.index, max_prompts=max_announced
         )

@@ -319,7 +319,12 @@ def test_external_relay_and_ca(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("value", "volume", "variable"),
-    [("token", "token", "KVMOQ_TOKEN_FILE"), ("promptKey", "prompt-key", "KVMOQ_PROMPT_KEY_FILE")],
+    [
+        ("token", "token", "KVMOQ_TOKEN_FILE"),
+        ("promptKey", "prompt-key", "KVMOQ_PROMPT_KEY_FILE"),
+        ("catalogKey", "catalog-key", "KVMOQ_CATALOG_KEY_FILE"),
+        ("trustedKeys", "trusted-keys", "KVMOQ_TRUSTED_KEYS_FILE"),
+    ],
 )
 def test_secrets_become_files_the_sidecar_reads(
     tmp_path: Path, value: str, volume: str, variable: str
@@ -386,7 +391,8 @@ def test_schema_knows_every_sidecar_setting() -> None:
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     settings = schema["properties"]["sidecar"]["properties"]["settings"]["properties"]
-    chart_owned = {"relay", "ca", "token", "prompt_key", "grpc", "probe", "http", "shm_roots"}
+    chart_owned = {"relay", "ca", "token", "prompt_key", "catalog_key", "trusted_keys"}
+    chart_owned |= {"grpc", "probe", "http", "shm_roots"}
     assert set(settings) | chart_owned == {option.name for option in OPTIONS}
     assert not set(settings) & chart_owned
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main as kvmoq
+from sidecar.jwk import load_key
 from sidecar.moqt.aio.tls import CertificatePaths
-from sidecar.moqt.relay.auth import load_key, sign
+from sidecar.moqt.relay.auth import sign
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer
 from tests.interop.scenario import TrackSpec, received

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from sidecar.cli import main as kvmoq
+from sidecar.jwk import load_key
 from sidecar.kvcache.naming import prompt_id
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
@@ -31,7 +32,7 @@ from sidecar.moqt.protocol.errors import (
 )
 from sidecar.moqt.protocol.messages.parameters import SetupParameters, authorization_token
 from sidecar.moqt.protocol.model import FullTrackName, Location
-from sidecar.moqt.relay.auth import AuthError, Authorizer, Grant, load_key, sign
+from sidecar.moqt.relay.auth import AuthError, Authorizer, Grant, sign
 from tests.moqt.test_api import run
 from tests.moqt.test_relay_harness import (
     RelayProcess,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import build_parser
+from sidecar.cli import main as kvmoq
 from sidecar.service.config import ConfigError, SidecarConfig, resolve
 
 
@@ -78,3 +79,21 @@ def test_a_prompt_key_is_read_from_its_file_and_checked(tmp_path: Path) -> None:
         config([*base, "--prompt-key", str(key)])
     with pytest.raises(ConfigError, match="No such file"):
         config([*base, "--prompt-key", str(tmp_path / "missing")])
+
+
+def test_catalog_keys_are_read_and_checked_at_start(tmp_path: Path) -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    private, public, secret = tmp_path / "c.jwk", tmp_path / "c.pub.jwk", tmp_path / "hs.jwk"
+    assert kvmoq(["token", "generate", "--key", str(private), "--algorithm", "EdDSA",
+                  "--public", str(public)]) == 0  # fmt: skip
+    assert kvmoq(["token", "generate", "--key", str(secret)]) == 0
+    got = config(
+        base, {"KVMOQ_CATALOG_KEY_FILE": str(private), "KVMOQ_TRUSTED_KEYS_FILE": str(public)}
+    )
+    assert got.catalog_key is not None and got.trusted_keys is not None
+    assert got.trusted_keys.open(got.catalog_key.seal(b"{}")) == b"{}"
+    assert (config(base).catalog_key, config(base).trusted_keys) == (None, None)
+    with pytest.raises(ConfigError, match=r"--catalog-key: .*not an Ed25519 private key"):
+        config([*base, "--catalog-key", str(secret)])
+    with pytest.raises(ConfigError, match=r"KVMOQ_TRUSTED_KEYS_FILE: .*not a usable JWK file"):
+        config(base, {"KVMOQ_TRUSTED_KEYS_FILE": str(tmp_path / "missing")})

@@ -4,12 +4,14 @@ shared-memory buffers, another looks it up and loads it into its own, paged, buf
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from google.protobuf.timestamp_pb2 import Timestamp
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
+from sidecar.cli import main as kvmoq
 from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.aio.tls import CertificatePaths
@@ -142,6 +144,48 @@ def test_lookup_estimates_the_bytes_of_the_tracks_a_load_takes(
         prior = DEFAULT_PRIOR_BYTES_PER_SECOND
         assert found.estimated_seconds == pytest.approx(int8_bytes / prior)
         assert found.estimated_seconds < 0.6 * len(prompt) * LAYOUT.fp16_bytes_per_token / prior
+
+
+@pytest.mark.slow
+def test_decoders_load_only_catalogs_signed_by_a_trusted_key(
+    relay: RelayProcess, cert: CertificatePaths, tmp_path: Path
+) -> None:
+    """--catalog-key signs what a prefill sidecar publishes; a decoder with --trusted-keys
+    holding its public half loads it, one trusting another key finds nothing and counts the
+    refusal in kvmoq_catalog_refusals."""
+    keys = {name: (tmp_path / f"{name}.jwk", tmp_path / f"{name}.pub.jwk") for name in "ab"}
+    for private, public in keys.values():
+        assert kvmoq(["token", "generate", "--key", str(private), "--algorithm", "EdDSA",
+                      "--public", str(public)]) == 0  # fmt: skip
+    prompt = list(range(3000, 3040))
+    kv = synthetic_kv(LAYOUT, len(prompt), seed=2)
+    flags = ("--chunk-size", str(CHUNK))
+    with (
+        shm_directory() as shm,
+        shm_directory() as own,
+        running_sidecar(relay.url, cert, *flags, "--catalog-key", str(keys["a"][0])) as prefill,
+        running_sidecar(relay.url, cert, *flags, "--trusted-keys", str(keys["a"][1])) as trusting,
+        running_sidecar(relay.url, cert, *flags, "--trusted-keys", str(keys["b"][1])) as other,
+    ):
+        for sidecar in (prefill, trusting, other):
+            sidecar.wait_ready()
+        publish_whole(prefill, MODEL, LAYOUT, kv, prompt, shm, tracks=["fp16"])
+        every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+        destination = ContiguousKV(LAYOUT, max_tokens=len(prompt), directory=own)
+        results = {}
+        for name, decode in (("trusting", trusting), ("other", other)):
+            set_id = decode.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+            request = pb.LoadRequest(
+                buffer_set_id=set_id, token_ids=prompt, destination=every_token
+            )
+            results[name] = load(decode.stub, request, timeout=60)[1]
+            if name == "trusting":
+                assert torch.equal(destination.get(0, len(prompt)), kv)
+        assert results["trusting"].stop_reason == pb.STOP_REASON_COMPLETE
+        assert results["other"].stop_reason == pb.STOP_REASON_NOT_FOUND
+        assert spans(results["other"].loaded) == []
+        assert other.metric("kvmoq_catalog_refusals_total", reason="unknown_key") >= 1
+        assert trusting.metric("kvmoq_catalog_refusals_total", reason="unknown_key") == 0
 
 
 @pytest.mark.slow

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sidecar.address import free_udp_port
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import prompt_id
 from sidecar.kvcache.prefix_index import PrefixIndex
+from sidecar.kvcache.signing import CatalogSigner, CatalogTrust, Refusal
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
@@ -488,5 +491,53 @@ def test_keyed_prompt_ids_share_prefixes_only_with_the_same_key(
             for stranger in (other, None):
                 missed = await subscriber_with(stranger).lookup(MODEL, query)
                 assert (missed.prompt, missed.tokens) == (None, 0)
+
+    run(main)
+
+
+def test_signed_catalogs_load_only_where_the_key_is_trusted(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Relays carry catalogs, but a subscriber with trusted keys takes only catalogs signed
+    by one of them: an unsigned publisher's prompt, or one signed by another key, is not
+    found (and each refusal is counted), while a trusted signer's loads bit-exact."""
+    deployment, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    token_ids = list(range(2000, 2040))
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            signers = {"deployment": deployment, "stranger": stranger, "none": None}
+            for seed, key in enumerate(signers.values()):
+                publisher = KVPublisher(signer=None if key is None else CatalogSigner(key))
+                session = await net.session(publisher)
+                ids = [seed, *token_ids]  # one prompt per publisher
+                prompt = publisher.prompt(MODEL, LAYOUT, ids, tracks=("int8",), chunk_size=CHUNK)
+                await session.publish_namespace(prompt.namespace)
+                await prompt.publish(synthetic_kv(len(ids), LAYOUT, seed=seed))
+
+            refusals: list[Refusal] = []
+            trust = dataclasses.replace(
+                CatalogTrust.of([deployment.public_key()]), on_refusal=refusals.append
+            )
+            subscriber = KVSubscriber(await net.session(), chunk_size=CHUNK, trust=trust)
+            for seed, name in enumerate(signers):
+                ids = [seed, *token_ids]
+                out = torch.zeros(LAYOUT.shape(len(ids)))
+                result = await subscriber.load(MODEL, ids, out, 30)
+                if name == "deployment":
+                    assert result.stopped is StopReason.COMPLETE, result
+                    expected = roundtrip("int8", synthetic_kv(len(ids), LAYOUT, seed=seed))
+                    assert torch.equal(out[:, :, :32], expected[:, :, :32])
+                else:
+                    assert result.stopped is StopReason.NOT_FOUND, (name, result)
+                    assert not out.any()
+            assert refusals == [Refusal.UNKNOWN_KEY, Refusal.UNSIGNED]
+            # A subscriber without keys trusts the relay, and loads every one of them.
+            trusting = KVSubscriber(await net.session(), chunk_size=CHUNK)
+            for seed in range(len(signers)):
+                ids = [seed, *token_ids]
+                out = torch.zeros(LAYOUT.shape(len(ids)))
+                result = await trusting.load(MODEL, ids, out, 30)
+                assert result.stopped is StopReason.COMPLETE, result
 
     run(main)

@@ -182,4 +182,6 @@ environment variable that gives the sidecar the file's path. */}}
 {{- define "kvmoq.secretFiles" -}}
 token: KVMOQ_TOKEN_FILE
 promptKey: KVMOQ_PROMPT_KEY_FILE
+catalogKey: KVMOQ_CATALOG_KEY_FILE
+trustedKeys: KVMOQ_TRUSTED_KEYS_FILE
 {{- end }}

@@ -23,7 +23,6 @@ under ``kvcache.moq.arpa/v``. A field that is not UTF-8 is under no root.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,6 @@ import jwt
 
 from ..protocol.errors import DecodeError, SessionErrorCode
 from ..protocol.messages.parameters import SetupParameters, token_value
-
-ALGORITHMS = ("HS256", "EdDSA")
 
 Segments = tuple[str, ...]
 
@@ -109,18 +106,6 @@ def read_token(path: Path | None) -> str | None:
     """The token in ``path`` (surrounding whitespace dropped), read at each call so that a
     rotated file is picked up at the next connection; None without a path."""
     return None if path is None else path.read_text().strip()
-
-
-def load_key(path: Path) -> jwt.PyJWK:
-    """A JWK file (what ``kvmoq token generate`` writes); ValueError if it is not one."""
-    try:
-        data = json.loads(path.read_text())
-        key = jwt.PyJWK(data)
-    except (OSError, ValueError, jwt.PyJWTError) as exc:
-        raise ValueError(f"{path}: not a usable JWK file ({exc})") from None
-    if key.algorithm_name not in ALGORITHMS:
-        raise ValueError(f"{path}: algorithm {key.algorithm_name!r}, expected one of {ALGORITHMS}")
-    return key
 
 
 def sign(
