@@ -135,6 +135,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="upstream silent this long: its session is gone and the edge reconnects (default 10)",
     )
     parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="a peer the relay waits on (an answer, a stream) that acknowledges no PING this "
+        "long is gone: its routes go, what it published is served from the cache, and on an "
+        "edge the upstream is redialled (default 1; the idle timeout still ends quiet peers)",
+    )
+    parser.add_argument(
         "--auth-key",
         type=Path,
         metavar="FILE",
@@ -207,7 +216,9 @@ def run(args: argparse.Namespace) -> int:
         {} if args.max_datagram_size is None else {"max_datagram_size": args.max_datagram_size}
     )
     try:
-        settings = QuicSettings(backend=args.backend, **overrides)
+        settings = QuicSettings(
+            backend=args.backend, stall_timeout=args.stall_timeout, **overrides
+        )
     except QuicSettingsError as exc:
         print(f"kvmoq relay: {exc}")
         return 2

@@ -204,6 +204,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("drain_seconds", _positive(float), "10", "S", "on SIGTERM, time loads get to finish"),
     Option("relay_timeout", _positive(float), "10", "S", "relay silent this long: session gone"),
+    Option(
+        "relay_stall_timeout",
+        _positive(float),
+        "1",
+        "S",
+        "while a lookup or load waits on the relay: relay deaf to PINGs this long, session gone "
+        "(the load ends RELAY_GONE, /readyz turns 503, the sidecar reconnects)",
+    ),
     Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
     Option("shm_roots", _paths, "/dev/shm", "DIRS", "where shared-memory handles may point"),
 )
@@ -230,6 +238,7 @@ class SidecarConfig:
     max_published_bytes: int
     drain_seconds: float
     relay_timeout: float
+    relay_stall_timeout: float
     max_datagram_size: int
     shm_roots: tuple[Path, ...]
 

@@ -67,6 +67,7 @@ async def run_sidecar(
         max_datagram_size=config.max_datagram_size,
         ca_file=config.ca,
         idle_timeout=config.relay_timeout,
+        stall_timeout=config.relay_stall_timeout,
     )
 
     async def relay_changed(up: bool, reconnect: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,8 +34,9 @@ MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
 TOKENS = list(range(500, 520))
 BLOCKS = pb.KVLocation(blocks=pb.BlockList(block_ids=[0, 1, 2]))
-PATIENT = ("--relay-timeout", "120")
-"""The relay is frozen for a while: on a busy machine the session must not time out."""
+PATIENT = ("--relay-timeout", "120", "--relay-stall-timeout", "120")
+"""The relay is frozen for a while, and these tests are about something else than noticing
+it: the session must not end."""
 
 
 @pytest.fixture
@@ -108,6 +110,35 @@ def test_without_a_relay_loads_ask_for_every_token_until_it_is_back(
             assert sidecar.metric("kvmoq_relay_reconnects_total") == 1
             _, finished = load(sidecar.stub, request, timeout=60)
             assert finished.stop_reason == pb.STOP_REASON_NOT_FOUND
+
+
+@pytest.mark.slow
+def test_a_relay_that_stops_answering_is_noticed_in_about_a_second(
+    cert: CertificatePaths, shm: Path
+) -> None:
+    """A frozen relay is a dead one as far as the network can tell. A load waiting on it
+    ends RELAY_GONE, and /readyz turns 503, once it has acknowledged no PING for
+    --relay-stall-timeout (1 s), not after the 10 s idle timeout (or the load's 5 s budget);
+    the sidecar reconnects once the relay is back."""
+    with running_relay(cert) as relay, running_sidecar(relay.url, cert) as sidecar:
+        sidecar.wait_ready()
+        set_id, _ = register(sidecar, shm)
+        request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
+        with frozen(relay):
+            started = time.monotonic()
+            chunks, finished = load(sidecar.stub, request, timeout=60)
+            noticed = time.monotonic() - started
+            assert finished.stop_reason == pb.STOP_REASON_RELAY_GONE
+            assert (chunks, finished.compute_tokens) == ([], len(TOKENS))
+            wait_for(lambda: sidecar.get("/readyz")[0] == 503, "/readyz 503")
+            unready = time.monotonic() - started
+            assert noticed < 4.0 and unready < 4.0, (noticed, unready)
+            print(
+                f"relay loss: load ended after {noticed:.2f} s, /readyz 503 after {unready:.2f} s"
+            )
+        sidecar.wait_ready()
+        _, finished = load(sidecar.stub, request, timeout=60)
+        assert finished.stop_reason == pb.STOP_REASON_NOT_FOUND
 
 
 @pytest.mark.slow

@@ -64,6 +64,10 @@ class QuicSettings:
     # RFC 9221 DATAGRAM: the draft requires it negotiated; objects this small only.
     max_datagram_frame_size: int | None = 65535
     idle_timeout: float = 30.0
+    # While the session waits on the peer (a request unanswered, a stream to come), a peer
+    # that acknowledges nothing this long although pinged is gone (MoqtConnection): seconds
+    # instead of the idle timeout. None: only the idle timeout.
+    stall_timeout: float | None = None
     # The CA to trust; None means the system store. cert.pem from `kvmoq cert` works here.
     ca_file: Path | None = None
     # Skip certificate verification; only for peers in tests that present no usable cert.
@@ -83,6 +87,8 @@ class QuicSettings:
                 raise QuicSettingsError(f"{name} must be positive")
         if self.idle_timeout <= 0:
             raise QuicSettingsError("idle_timeout must be positive")
+        if self.stall_timeout is not None and self.stall_timeout <= 0:
+            raise QuicSettingsError("stall_timeout must be positive")
 
     @classmethod
     def loopback(cls, **overrides: Any) -> QuicSettings:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ class QuicEndpoint(Protocol):
     def quic(self) -> Any: ...
     @property
     def closing(self) -> bool: ...
+    @property
+    def last_received(self) -> float: ...
     def transmit(self) -> None: ...
     def transmit_soon(self) -> None: ...
     async def drain(self) -> None: ...
@@ -95,6 +98,7 @@ class _EndpointMixin:
         self._settings = settings
         self._drain_waiter: asyncio.Future[None] | None = None
         self._terminated = False
+        self._last_received = self._loop.time()
         if not settings.pacing:
             backend.disable_pacing(quic)
         self._on_event = attach(self)  # type: ignore[arg-type]
@@ -111,7 +115,8 @@ class _EndpointMixin:
     def datagram_received(self, data: bytes, addr: Any) -> None:
         # The stacks transmit after every datagram; at loopback rates several arrive per
         # loop iteration, and one transmit (ACKs, more data) after all of them is enough.
-        self._quic.receive_datagram(data, addr, now=self._loop.time())
+        self._last_received = now = self._loop.time()
+        self._quic.receive_datagram(data, addr, now=now)
         self._process_events()  # type: ignore[attr-defined]
         self.transmit_soon()
 
@@ -139,6 +144,11 @@ class _EndpointMixin:
         # Both stacks set `_close_event` on the first CONNECTION_CLOSE, sent or received,
         # while ConnectionTerminated waits out the draining period.
         return self._terminated or self._quic._close_event is not None
+
+    @property
+    def last_received(self) -> float:
+        """Loop time of the last datagram from the peer (an ACK of our PING counts)."""
+        return self._last_received
 
     @property
     def quic(self) -> Any:
@@ -239,6 +249,11 @@ KEEPALIVE_INTERVAL = 5.0
 out of the relay (QUIC sends nothing on its own)."""
 
 
+STALL_PINGS = 3
+"""PINGs a waiting session sends into silence before it calls the peer gone: one lost
+packet, or one slow loop iteration on either side, is not a dead peer."""
+
+
 def keepalive_interval(idle_timeout: float) -> float:
     """PINGs often enough that a shorter idle timeout (a sidecar's --relay-timeout, an edge's
     --upstream-timeout) only fires when the peer is really gone: three per timeout."""
@@ -304,6 +319,7 @@ class MoqtConnection:
         on_session: OnSession,
         loop: asyncio.AbstractEventLoop,
         keepalive: float,
+        stall_timeout: float | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.moqt = session
@@ -314,6 +330,7 @@ class MoqtConnection:
         self._tick = loop.call_later(TICK_INTERVAL, self._on_tick)
         self._keepalive = keepalive
         self._next_ping = loop.time() + keepalive
+        self._stall = _StallWatch(stall_timeout) if stall_timeout is not None else None
         self._on_event = on_session(self)
 
     def transmit(self) -> None:
@@ -364,12 +381,49 @@ class MoqtConnection:
     def _on_tick(self) -> None:
         now = self._loop.time()
         self.moqt.tick(now)
-        if now >= self._next_ping and not self.closing:
-            self.endpoint.quic.send_ping(0)
-            self._next_ping = now + self._keepalive
+        if not self.closing:
+            stall = self._stall
+            heard = self.endpoint.last_received
+            if stall is not None and stall.gone(now, heard, self.moqt.awaiting(), self._ping):
+                self.close(SessionErrorCode.NO_ERROR, "the peer stopped answering")
+                return
+            if now >= self._next_ping:
+                self._ping(now)
         self.transmit()
         if not self.endpoint.closed:
             self._tick = self._loop.call_later(TICK_INTERVAL, self._on_tick)
+
+    def _ping(self, now: float) -> None:
+        self.endpoint.quic.send_ping(0)
+        self._next_ping = now + self._keepalive
+
+
+@dataclass(slots=True)
+class _StallWatch:
+    """Tells a dead peer from a quiet one in about `timeout` seconds, not the idle timeout.
+
+    QUIC notices a dead peer only when the idle timeout passes (10 s or more: a quiet peer
+    must not be dropped). But a peer that owes us an answer or data and acknowledges nothing,
+    not even PINGs, is gone: a live QUIC stack ACKs a PING within a round trip whatever its
+    application is doing. So while the session waits on the peer and has heard nothing for a
+    tick, every tick sends a PING, and `timeout` seconds of silence with `STALL_PINGS` of them
+    unanswered end the session.
+    """
+
+    timeout: float
+    probed_at: float = -math.inf
+    unanswered: int = 0
+
+    def gone(self, now: float, heard: float, awaiting: bool, ping: Callable[[float], None]) -> bool:
+        if not awaiting or now - heard < TICK_INTERVAL or heard > self.probed_at:
+            self.unanswered = 0
+        if not awaiting or now - heard < TICK_INTERVAL:
+            return False
+        if self.unanswered >= STALL_PINGS and now - heard >= self.timeout:
+            return True
+        ping(now)
+        self.probed_at, self.unanswered = now, self.unanswered + 1
+        return False
 
 
 def _moqt_attach(
@@ -402,7 +456,9 @@ def _moqt_attach(
                     now=loop.time(),
                 )
                 keepalive = keepalive_interval(settings.idle_timeout)
-                connection = MoqtConnection(endpoint, session, on_session, loop, keepalive)
+                connection = MoqtConnection(
+                    endpoint, session, on_session, loop, keepalive, settings.stall_timeout
+                )
                 connection.transmit()
 
         return on_event

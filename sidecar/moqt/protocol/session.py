@@ -313,6 +313,11 @@ class MoqtSession:
             if track.done_at is not None and now - track.done_at >= limits.drain_timeout:
                 self._forget_remote(track)
 
+    def awaiting(self) -> bool:
+        """Whether the peer owes us something: an answer, a FETCH's stream, the rest of an
+        open data stream. Only then is its silence a sign that it is gone."""
+        return bool(self._outbound or self._fetches or self._in_streams)
+
     def next_timer(self) -> float | None:
         """When ``tick`` has work next, or None."""
         times = [
