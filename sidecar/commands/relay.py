@@ -216,9 +216,7 @@ def run(args: argparse.Namespace) -> int:
         {} if args.max_datagram_size is None else {"max_datagram_size": args.max_datagram_size}
     )
     try:
-        settings = QuicSettings(
-            backend=args.backend, stall_timeout=args.stall_timeout, **overrides
-        )
+        settings = QuicSettings(backend=args.backend, stall_timeout=args.stall_timeout, **overrides)
     except QuicSettingsError as exc:
         print(f"kvmoq relay: {exc}")
         return 2

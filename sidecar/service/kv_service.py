@@ -83,6 +83,7 @@ class Found:
     ready_tokens: int
     relay_url: str
     estimated_seconds: float
+    withdrawn: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +301,7 @@ class KVService:
                     availability.ready_tokens,
                     self.link.url,
                     seconds,
+                    availability.withdrawn,
                 )
         self.metrics.lookups.labels("hit" if found.tokens else "miss").inc()
         return found

@@ -133,6 +133,7 @@ def found(result: Found) -> pb.LookupResponse:
         prompt_id=result.prompt.prompt_id if result.prompt else "",
         relay_url=result.relay_url,
         estimated_seconds=result.estimated_seconds,
+        withdrawn=result.withdrawn,
     )
 
 

@@ -236,9 +236,9 @@ class PublishedPrompts:
     catalog of each announced prompt is read once, a few at a time, and its links go into
     the `PrefixIndex`: the first revision already carries every link, so the read stops
     there. A withdrawal (PUBLISH_NAMESPACE_DONE, which the relay also sends when the
-    publisher's session ends) removes the prompt from the index, and the subscriber probes
-    it no more until it is announced again: a relay still answers a SUBSCRIBE for a catalog
-    it caches, so a probe alone would offer a withdrawn prompt whose chunks may be gone.
+    publisher's session ends) leaves the prompt in the index but no longer vouched for: a
+    relay keeps serving what it caches of a prompt whose publisher left (a prefill pod
+    restarts, or evicts what it published), so lookups probe it, and say it is withdrawn.
 
     A relay that refuses the subscription (or never answers it) is only logged: the
     subscriber then finds prompts by probing the query's links, as it always can.
@@ -297,7 +297,8 @@ class PublishedPrompts:
             self._complete[catalog.name] = catalog.complete
 
     def withdrawn(self, prompt: PromptName) -> bool:
-        """Whether the relay withdrew `prompt` (and has not announced it again)."""
+        """Whether the relay withdrew `prompt` (and has not announced it again): what it
+        holds of it is all there is."""
         return prompt in self._withdrawn
 
     async def _follow(self, model: str, prefix: tuple[bytes, bytes]) -> None:
@@ -321,7 +322,6 @@ class PublishedPrompts:
             return  # under the model's prefix, yet no prompt's namespace: not ours to index
         if not announcement.published:
             self._drop(prompt)
-            self._index.remove(prompt)
             self._withdrawn[prompt] = None
             if len(self._withdrawn) > self._max_prompts:
                 self._withdrawn.popitem(last=False)

@@ -28,6 +28,7 @@ deadline.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,8 @@ class StopReason(enum.Enum):
     DEADLINE = "deadline"
     """The next chunk could not arrive in time, even on the smallest track."""
     PUBLISHER_GONE = "publisher gone"
-    """The catalog track ended before describing every chunk the load wanted."""
+    """The publisher left before every chunk the load wanted was described, or sent: the
+    relay holds the next chunk on no track."""
     CATALOG_INVALID = "catalog invalid"
     """A catalog revision contradicted an earlier one: nothing more is trusted."""
     RELAY_GONE = "relay gone"
@@ -109,6 +111,10 @@ class Availability:
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
     """The newest revision the lookup read; None when it asked nothing (the announcements
     vouched for the prompt) or found nothing. `KVSubscriber.catalog` fetches one."""
+    withdrawn: bool = False
+    """This subscriber heard the relay withdraw the prompt (its publisher left or dropped
+    it), which still serves it from its cache: groups it has evicted since will not load.
+    A subscriber that started following the model after the withdrawal cannot tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +229,12 @@ class KVSubscriber:
         serves the lookups after it (this one probes, as every lookup can)."""
         self.announced.follow(model)
         try:
-            return await asyncio.wait_for(self._available(model, token_ids), timeout)
+            found = await asyncio.wait_for(self._available(model, token_ids), timeout)
         except TimeoutError:
             return Availability(None, 0, 0)
+        if found.prompt is not None and self.announced.withdrawn(found.prompt):
+            return dataclasses.replace(found, withdrawn=True)
+        return found
 
     async def _available(self, model: str, token_ids: Sequence[int]) -> Availability:
         known = self.index.lookup(model, token_ids)
@@ -321,9 +330,8 @@ class KVSubscriber:
     ) -> _Source | None:
         """The candidate (prompt: tokens it would cover) that covers the most and answers,
         its feed open; `known` leaves the index if it does not answer. A prompt the relay
-        withdrew is not asked for: the relay may still serve its catalog from its cache."""
-        offered = [p for p in candidates if not self.announced.withdrawn(p)]
-        ordered = sorted(offered, key=candidates.__getitem__, reverse=True)
+        withdrew is asked for too: the relay serves what it caches of it."""
+        ordered = sorted(candidates, key=candidates.__getitem__, reverse=True)
         for start in range(0, len(ordered), PROBE_BATCH):
             batch = ordered[start : start + PROBE_BATCH]
             opened = await asyncio.gather(
@@ -445,7 +453,13 @@ class _Load:
             return StopReason.DEADLINE
         except (KVCodecError, RequestRefused) as exc:
             self._reject(transfer, str(exc))
-            return self._retry(transfer) or await self._next(transfer.index + 1)
+            retry = self._retry(transfer)
+            if retry is None and isinstance(exc, RequestRefused) and self.source.feed.ended:
+                # The publisher left, and the relay holds this chunk on no track: it holds
+                # none after it either (it caches what passed, in order), and nobody else
+                # will send them.
+                return StopReason.PUBLISHER_GONE
+            return retry or await self._next(transfer.index + 1)
         except (MoqtApiError, ConnectionError):
             return StopReason.RELAY_GONE
         seconds = self.clock() - transfer.started

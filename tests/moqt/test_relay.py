@@ -215,6 +215,40 @@ def test_late_decoders_load_past_groups_from_the_cache(
     run(main)
 
 
+def test_subscribers_waiting_on_a_publisher_that_leaves_get_the_cache(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """The relay forwarded a SUBSCRIBE to the publisher, which leaves (its pod restarts)
+    before answering: the subscriber gets what the relay caches of the track, instead of a
+    refusal that would leave every decoder to recompute a prompt the relay holds."""
+
+    async def main() -> None:
+        async with Sessions(relay, cert) as sessions:
+            prefill = await sessions.open()
+            await announce(prefill)
+            first = await sessions.open()
+            first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
+            first.send()
+            upstream = accept(prefill, await prefill.next(SubscribeRequested))
+            sent = await send_groups(prefill, upstream, groups=3, objects=2, size=5_000)
+            await first.until(lambda: len(first.objects(first_id)) == sent)
+            prefill.moqt.publish_done(upstream, PublishDoneStatus.TRACK_ENDED)
+            prefill.send()
+            await first.next(SubscriptionEnded)
+
+            second = await sessions.open()
+            second_id = second.moqt.subscribe(TRACK, filter=FROM_START)
+            second.send()
+            await prefill.until(lambda: len(prefill.of(SubscribeRequested)) == 2)
+            await sessions.close(prefill)  # without answering it
+            await second.next(RequestAccepted, lambda e: e.request_id == second_id)
+            await second.until(lambda: len(second.objects(second_id)) == sent, "cached objects")
+            assert received(second, second_id) == expected(3, 2, 5_000)
+            assert not second.of(RequestRejected)
+
+    run(main)
+
+
 def test_a_subscriber_joining_after_a_whole_group_hears_that_it_ended(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:

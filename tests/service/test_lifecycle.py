@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
@@ -139,6 +140,58 @@ def test_a_relay_that_stops_answering_is_noticed_in_about_a_second(
         sidecar.wait_ready()
         _, finished = load(sidecar.stub, request, timeout=60)
         assert finished.stop_reason == pb.STOP_REASON_NOT_FOUND
+
+
+@pytest.mark.slow
+def test_prompts_outlive_their_killed_publisher_in_the_relay_cache(
+    cert: CertificatePaths, shm: Path
+) -> None:
+    """A prefill pod restarts (SIGKILL here): what the relay cached of its prompts still
+    loads, on a decoder that loaded it before and on one that never asked, and Lookup says
+    the prompt is withdrawn once the relay has noticed (on the decoder that heard of it
+    while it was published: the other never heard of it, and still finds and loads it)."""
+    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
+
+    prompt = list(range(8000, 8064))
+    kv = synthetic_kv(LAYOUT, len(prompt), seed=3)
+    flags = ("--chunk-size", "16")
+    every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+    with (
+        running_relay(cert) as relay,
+        running_sidecar(relay.url, cert, *flags) as prefill,
+        running_sidecar(relay.url, cert, *flags) as early,
+        running_sidecar(relay.url, cert, *flags) as late,
+    ):
+        for sidecar in (prefill, early, late):
+            sidecar.wait_ready()
+        publish_whole(prefill, MODEL, LAYOUT, kv, prompt, shm, tracks=["fp16"])
+
+        def loads_whole(decoder: SidecarProcess) -> pb.LoadFinished:
+            with shm_directory() as own:
+                destination = ContiguousKV(LAYOUT, max_tokens=len(prompt), directory=own)
+                set_id = decoder.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+                request = pb.LoadRequest(
+                    buffer_set_id=set_id, token_ids=prompt, destination=every_token
+                )
+                _, finished = load(decoder.stub, request, timeout=60)
+                assert finished.stop_reason == pb.STOP_REASON_COMPLETE, finished
+                assert torch.equal(destination.get(0, len(prompt)), kv)
+                found = decoder.stub.Lookup(
+                    pb.LookupRequest(buffer_set_id=set_id, token_ids=prompt)
+                )
+                assert found.available_tokens == len(prompt)
+                return found
+
+        assert not loads_whole(early).withdrawn  # the relay now caches every chunk
+        prefill.process.kill()
+        prefill.process.wait(10)
+        started = time.monotonic()
+        loads_whole(late)
+        loads_whole(early)
+        took = time.monotonic() - started
+        assert took < 8.0, took  # before: a 5 s block, then "the publisher left"
+        wait_for(lambda: loads_whole(early).withdrawn, "Lookup says withdrawn")
+        assert not loads_whole(late).withdrawn
 
 
 @pytest.mark.slow

@@ -79,8 +79,9 @@ def test_publisher_killed_mid_load(
     tmp_path: Path,
 ) -> None:
     """SIGKILL once two chunks are written: the load returns what arrived before (those two,
-    and the one whose FETCH was already answered, if any), verified, and says it ran out of
-    time waiting for the rest (the relay cannot know the publisher is gone)."""
+    and the one whose FETCH was already answered, if any), verified, and says the publisher
+    left: the relay drops it within its --stall-timeout and refuses the next chunk's FETCH
+    on every track, long before the 6 s deadline."""
     ids = list(pydoc_kv.token_ids[:PUBLISHED])
     exact = pydoc_kv.kv[:, :, :PUBLISHED]
     layout = layout_of(exact)
@@ -98,11 +99,12 @@ def test_publisher_killed_mid_load(
             async with network(relay.url, cert) as net:
                 subscriber = await net.subscriber()
                 result = await subscriber.load(MODEL, ids, sink, 6)
-                assert result.stopped is StopReason.DEADLINE
+                assert result.stopped is StopReason.PUBLISHER_GONE, result
                 loaded = result.prefix_tokens
                 assert loaded in (256, 384)
                 assert result.loaded_tokens == (range(0, loaded),)
-                assert not result.rejected
+                assert {r.index for r in result.rejected} == {loaded // 128}, result.rejected
+                assert all("Fetch refused" in r.reason for r in result.rejected)
 
         run(main)
     codec = get_codec("int8")

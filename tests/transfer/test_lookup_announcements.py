@@ -60,13 +60,6 @@ def tracked(subscriber: KVSubscriber, prompt: PromptName) -> Callable[[], Awaita
     return check
 
 
-def forgotten(subscriber: KVSubscriber, token_ids: list[int]) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return subscriber.index.lookup(MODEL, token_ids) is None
-
-    return check
-
-
 def int8(kv: torch.Tensor) -> torch.Tensor:
     codec = get_codec("int8")
     return codec.decode(codec.encode(kv, LAYOUT), LAYOUT)
@@ -137,13 +130,14 @@ def test_a_prompt_announced_during_prefill_is_answered_without_asking_once_compl
     run(main)
 
 
-def test_a_withdrawn_prompt_is_no_longer_offered(
+def test_a_withdrawn_prompt_is_served_from_what_the_relay_caches(
     relay: RelayProcess,
     cert: CertificatePaths,
 ) -> None:
     """Withdrawn by its publisher (PUBLISH_NAMESPACE_DONE) or gone with its publisher's
-    session: the relay's withdrawal takes the prompt out of the index at once, before any
-    lookup would have to find out by probing."""
+    session: the relay keeps serving what it cached of the prompt, so lookups still find
+    it (saying it is withdrawn: nothing more will come) and loads still complete. A prefill
+    pod that restarts does not take its prompts with it."""
     removed = list(range(2000, 2000 + 3 * CHUNK))
     left = list(range(3000, 3000 + 3 * CHUNK + 5))
 
@@ -152,27 +146,48 @@ def test_a_withdrawn_prompt_is_no_longer_offered(
             subscriber = await net.subscriber(CHUNK)
             assert await subscriber.lookup(MODEL, removed) == Availability(None, 0, 0)
             publisher, session = await net.publisher()
-            prompt, _ = await publish(publisher, session, removed, seed=12)
+            prompt, kv = await publish(publisher, session, removed, seed=12)
             await eventually(tracked(subscriber, prompt.name))
             assert await subscriber.lookup(MODEL, removed) == Availability(prompt.name, 48, 48)
-            assert subscriber.index.lookup(MODEL, removed) is not None
+            await loads_whole(subscriber, removed, kv)  # through the relay: now in its cache
             # What the sidecar does to unpublish: forget the tracks, withdraw the namespace.
             publisher.remove(prompt.namespace)
             session.publish_namespace_done(prompt.namespace)
-            await eventually(forgotten(subscriber, removed))
+            await eventually(withdrawn(subscriber, prompt.name))
             assert prompt.name not in subscriber.announced
-            assert await subscriber.lookup(MODEL, removed) == Availability(None, 0, 0)
+            cached = Availability(prompt.name, 48, 48, withdrawn=True)
+            assert await subscriber.lookup(MODEL, removed) == cached
+            await loads_whole(subscriber, removed, kv)
 
             leaving = KVPublisher()
             async with api.connect(relay.url, settings_for(cert), publisher=leaving) as session:
-                gone, _ = await publish(leaving, session, left, seed=13)
+                gone, kv = await publish(leaving, session, left, seed=13)
                 await eventually(tracked(subscriber, gone.name))
                 assert await subscriber.lookup(MODEL, left) == Availability(gone.name, 53, 53)
-            await eventually(forgotten(subscriber, left))
-            assert gone.name not in subscriber.announced
-            assert await subscriber.lookup(MODEL, left) == Availability(None, 0, 0)
+                await loads_whole(subscriber, left, kv)
+            await eventually(withdrawn(subscriber, gone.name))
+            cached = Availability(gone.name, 53, 53, withdrawn=True)
+            assert await subscriber.lookup(MODEL, left) == cached
+            await loads_whole(subscriber, left, kv)
+            # A prompt nobody published, nor any relay caches, is not found, at once.
+            never = list(range(9000, 9000 + 2 * CHUNK))
+            assert await subscriber.lookup(MODEL, never, timeout=1) == Availability(None, 0, 0)
 
     run(main)
+
+
+async def loads_whole(subscriber: KVSubscriber, token_ids: list[int], kv: torch.Tensor) -> None:
+    out = torch.zeros_like(kv)
+    result = await subscriber.load(MODEL, token_ids, out, 30)
+    assert result.stopped is StopReason.COMPLETE, result
+    assert torch.equal(out, int8(kv))
+
+
+def withdrawn(subscriber: KVSubscriber, prompt: PromptName) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return subscriber.announced.withdrawn(prompt)
+
+    return check
 
 
 def test_the_oldest_announced_prompts_are_forgotten_past_the_bound(

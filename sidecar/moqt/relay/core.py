@@ -794,15 +794,7 @@ class Relay:
         track = peer.upstreams.get(request_id)
         if track is not None:
             track.detach()
-            waiting, track.waiting = track.waiting, []
-            cached = self.cache.has_track(track.name)  # what it holds is still worth serving
-            for subscriber, subscribe in waiting:
-                if subscriber.gone:
-                    continue
-                if cached:
-                    self._accept(subscriber, track, subscribe)
-                else:
-                    self._session(subscriber).reject(subscribe.request_id, code, reason)
+            self._settle_waiting(track, code, reason)
             if peer is self.upstream and track.subscribers:
                 # A resumed subscription the upstream relay cannot route yet (the edge with
                 # the publisher has not announced again): wait on, and try again.
@@ -1227,7 +1219,7 @@ class Relay:
                 continue
             if lost_upstream and track.subscribers and not upstream.pushed:
                 upstream.state = UpstreamState.LOST  # until the upstream relay is back
-                self._refuse_waiting(track, "the upstream relay left")
+                self._settle_waiting(track, SubscribeErrorCode.INTERNAL_ERROR, left)
                 continue
             upstream.end(PublishDoneStatus.GOING_AWAY, left)
             self._upstream_over(track)
@@ -1248,22 +1240,29 @@ class Relay:
         if track.live_streams:
             return
         upstream = track.detach()
-        self._refuse_waiting(track, "the publisher left")
         status, reason = (
             upstream.done if upstream is not None else (PublishDoneStatus.TRACK_ENDED, "")
         )
         for sub in list(track.subscribers):
             if sub.live:
                 self._end(sub, status, reason)
+        self._settle_waiting(track, SubscribeErrorCode.INTERNAL_ERROR, "the publisher left")
         self._drop_idle(track.name)
 
-    def _refuse_waiting(self, track: Track, reason: str) -> None:
+    def _settle_waiting(self, track: Track, code: int, reason: str) -> None:
+        """SUBSCRIBEs that waited for an upstream that will not answer them: served from the
+        cache if it holds the track (a publisher that left, or refused, does not take what
+        the relay holds with it: decoders still load a restarted prefill pod's prompts),
+        else refused with ``code``."""
         waiting, track.waiting = track.waiting, []
+        cached = self.cache.has_track(track.name)
         for subscriber, subscribe in waiting:
-            if not subscriber.gone:
-                self._session(subscriber).reject(
-                    subscribe.request_id, SubscribeErrorCode.INTERNAL_ERROR, reason
-                )
+            if subscriber.gone:
+                continue
+            if cached:
+                self._accept(subscriber, track, subscribe)
+            else:
+                self._session(subscriber).reject(subscribe.request_id, code, reason)
 
     def give_up_upstream(self) -> None:
         """The upstream relay has stayed away too long: end the subscriptions that waited

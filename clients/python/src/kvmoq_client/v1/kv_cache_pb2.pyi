@@ -164,18 +164,20 @@ class LookupRequest(_message.Message):
     def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("available_tokens", "ready_tokens", "prompt_id", "relay_url", "estimated_seconds")
+    __slots__ = ("available_tokens", "ready_tokens", "prompt_id", "relay_url", "estimated_seconds", "withdrawn")
     AVAILABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     READY_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     RELAY_URL_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     available_tokens: int
     ready_tokens: int
     prompt_id: str
     relay_url: str
     estimated_seconds: float
-    def __init__(self, available_tokens: _Optional[int] = ..., ready_tokens: _Optional[int] = ..., prompt_id: _Optional[str] = ..., relay_url: _Optional[str] = ..., estimated_seconds: _Optional[float] = ...) -> None: ...
+    withdrawn: bool
+    def __init__(self, available_tokens: _Optional[int] = ..., ready_tokens: _Optional[int] = ..., prompt_id: _Optional[str] = ..., relay_url: _Optional[str] = ..., estimated_seconds: _Optional[float] = ..., withdrawn: _Optional[bool] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks")
