@@ -81,6 +81,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "relay",
@@ -106,6 +113,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1024 * MiB,
         metavar="N",
         help="object cache budget in bytes (default 1 GiB)",
+    )
+    parser.add_argument(
+        "--retention",
+        type=_seconds,
+        default=3600.0,
+        metavar="S",
+        help="how long the cache keeps serving a track nobody can send any more (its "
+        "publisher withdrew it or died; a prefill pod restarting is routine), if not evicted "
+        "first (default 3600; 0: forget it within a second)",
     )
     parser.add_argument(
         "--max-queued-bytes",
@@ -244,7 +260,11 @@ async def _serve(
     from sidecar.moqt.relay.server import start_relay
 
     host, port = args.listen
-    limits = RelayLimits(cache_bytes=args.cache_bytes, max_queued_bytes=args.max_queued_bytes)
+    limits = RelayLimits(
+        cache_bytes=args.cache_bytes,
+        max_queued_bytes=args.max_queued_bytes,
+        retention=args.retention,
+    )
     upstream_settings = dataclasses.replace(
         settings, ca_file=args.ca, idle_timeout=args.upstream_timeout
     )

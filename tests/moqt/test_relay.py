@@ -530,6 +530,57 @@ def test_a_range_that_ends_while_its_last_group_arrives_does_not_pass_it_off_as_
     run(main)
 
 
+def test_a_gone_publishers_tracks_are_served_until_their_retention_ends(
+    cert: CertificatePaths,
+) -> None:
+    """--retention 2: the cache serves a track whose publisher left, while a subscriber
+    reads it and for 2 s after nobody could send it, then forgets it."""
+    with running_relay(cert, "--retention", "2") as relay:
+
+        async def main() -> None:
+            async with Sessions(relay, cert) as sessions:
+                prefill = await sessions.open()
+                await announce(prefill)
+                first = await sessions.open()
+                first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
+                first.send()
+                upstream = accept(prefill, await prefill.next(SubscribeRequested))
+                sent = await send_groups(prefill, upstream, groups=2, objects=2, size=1_000)
+                await first.until(lambda: len(first.objects(first_id)) == sent)
+                await sessions.close(prefill)
+                loop = asyncio.get_running_loop()
+                left = loop.time()
+
+                async def subscribed() -> bool:
+                    late = await sessions.open()
+                    late_id = late.moqt.subscribe(TRACK, filter=FROM_START)
+                    late.send()
+
+                    def ours(event: RequestAccepted | RequestRejected) -> bool:
+                        return event.request_id == late_id
+
+                    await late.until(
+                        lambda: bool(
+                            late.of(RequestAccepted, ours) or late.of(RequestRejected, ours)
+                        )
+                    )
+                    for refusal in late.of(RequestRejected, ours):
+                        code = refusal.message.error_code
+                        assert code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST, refusal
+                        return False
+                    await late.until(lambda: len(late.objects(late_id)) == sent)
+                    await sessions.close(late)
+                    return True
+
+                assert await subscribed()  # served from the cache, the publisher gone
+                while await subscribed():
+                    assert loop.time() - left < 10, "never forgotten"
+                    await asyncio.sleep(0.2)
+                assert loop.time() - left >= 2
+
+        run(main)
+
+
 def test_a_small_cache_keeps_the_newest_whole_groups(cert: CertificatePaths) -> None:
     """With room for three groups, a late decoder gets groups 5-7 whole and nothing older."""
     with running_relay(cert, "--cache-bytes", str(3 * 4 * (10_000 + 128) + 1000)) as relay:

@@ -36,6 +36,7 @@ containers:
       - --cert=/tls/tls.crt
       - --key=/tls/tls.key
       - --cache-bytes={{ $relay.cacheBytes | int64 }}
+      - --retention={{ $relay.retentionSeconds }}
       - --backend={{ $relay.backend }}
       - --max-datagram-size={{ $relay.maxDatagramSize }}
       - --http=0.0.0.0:{{ $relay.metricsPort }}

@@ -135,6 +135,15 @@ class RelayCache:
     def has_track(self, track: FullTrackName) -> bool:
         return track in self._tracks
 
+    def tracks(self) -> list[FullTrackName]:
+        """Every track with cached groups (pinned ones included)."""
+        return list(self._tracks)
+
+    def drop(self, track: FullTrackName) -> None:
+        """Forget an unpinned track's groups (its retention is over); pinned ones stay."""
+        if track not in self._pinned:
+            self._drop(track)
+
     def objects(
         self, track: FullTrackName, start: Location, end: Location
     ) -> Iterator[tuple[int, TrackObject]]:

@@ -116,6 +116,9 @@ class RelayLimits:
     max_subscribers_per_track: int = 1_000
     max_namespaces: int = 10_000
     max_prefixes_per_peer: int = 64
+    # Seconds the cache keeps serving a track that nobody can send any more (its publisher
+    # withdrew it or left, and there is no upstream relay): None, until evicted.
+    retention: float | None = None
 
 
 @dataclass(slots=True)
@@ -131,6 +134,7 @@ class RelayCounters:
     object_bytes_received: int = 0
     object_bytes_sent: int = 0
     upstream_sessions: int = 0
+    tracks_expired: int = 0
 
 
 class PeerLink(Protocol):
@@ -322,6 +326,8 @@ class Relay:
         # FETCHes sent upstream, by range, so a second FETCH of a range waits for the first.
         self._inflight: dict[tuple[FullTrackName, Location, Location], DownstreamFetch] = {}
         self._local: set[FullTrackName] = set()  # opened here and not closed
+        # Cached tracks nobody can send any more, and since when (``expire_orphans``).
+        self._orphaned: dict[FullTrackName, float] = {}
         self._dirty: set[Peer] = set()
 
     # ------------------------------------------------------------------------------------
@@ -338,6 +344,28 @@ class Relay:
         for peer in [p for p in self.peers if p.grant.expired(now)]:
             self._refuse_session(peer, AuthError(SessionErrorCode.EXPIRED_AUTH_TOKEN, "expired"))
         self._transmit()
+
+    def expire_orphans(self, now: float) -> None:
+        """Drop from the cache the tracks nobody could send for ``limits.retention`` seconds
+        (``now`` on any steady clock; called about once a second). A track with subscribers
+        reading it stays until they leave."""
+        retention = self.limits.retention
+        if retention is None:
+            return
+        cached = set(self.cache.tracks())
+        for name in cached:
+            track = self.tracks.get(name)
+            live = track is not None and track.upstream is not None
+            if live or self.namespaces.route(name.namespace) or self.upstream is not None:
+                self._orphaned.pop(name, None)
+                continue
+            since = self._orphaned.setdefault(name, now)
+            if now - since >= retention and (track is None or not track.subscribers):
+                self.cache.drop(name)
+                del self._orphaned[name]
+                self.counters.tracks_expired += 1
+        for name in [n for n in self._orphaned if n not in cached]:
+            del self._orphaned[name]
 
     def _on_setup(self, peer: Peer, event: ev.SetupCompleted) -> None:
         """A client's SETUP: what its token grants it. A session this relay opened itself

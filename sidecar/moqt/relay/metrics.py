@@ -53,6 +53,11 @@ class RelayCollector(Collector):
                 "Sessions opened to the upstream relay (more than one: reconnections)",
                 counters.upstream_sessions,
             ),
+            (
+                "tracks_expired",
+                "Cached tracks dropped once nobody could send them for --retention seconds",
+                counters.tracks_expired,
+            ),
         ):
             yield CounterMetricFamily(f"kvmoq_relay_{name}", help_text, value=value)
         for name, help_text, gauge in (

@@ -112,7 +112,7 @@ async def start_relay(
         task = asyncio.ensure_future(
             _keep_upstream(relay, upstream, upstream_settings or settings, upstream_token)
         )
-    expiry = asyncio.ensure_future(_expire_grants(relay)) if authorizer is not None else None
+    expiry = asyncio.ensure_future(_expire(relay))
     return RelayServer(relay, server, url, task, expiry)
 
 
@@ -128,11 +128,14 @@ def _attach(
     return peer, on_event
 
 
-async def _expire_grants(relay: Relay) -> None:
-    """End sessions whose token expired, within a second of its ``exp``."""
+async def _expire(relay: Relay) -> None:
+    """End sessions whose token expired, within a second of its ``exp``; drop cached tracks
+    past their retention."""
+    loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(EXPIRY_EVERY_S)
         relay.expire_grants(time.time())
+        relay.expire_orphans(loop.time())
 
 
 async def _keep_upstream(
