@@ -57,6 +57,10 @@ from sidecar.transfer.subscriber import (
 
 log = get_logger(__name__)
 
+RESUME_POLL_S = 0.1
+"""How often a load whose session was lost looks whether the link has seen it end, and then
+whether the prompt is published again."""
+
 CATALOG_WAIT = 1.0
 """Seconds Lookup waits for the catalog its estimate is made from when the lookup read none
 (announcements vouched for the prompt); without it the estimate assumes fp16."""
@@ -395,8 +399,7 @@ class KVService:
             written.append(tokens)
             emit(ChunkWritten(tokens))
 
-        result: LoadResult | None = None
-        subscriber = self.link.subscriber
+        results: list[LoadResult] = []
         local = self._local.lookup(buffers.model, token_ids)
         # A hard bound too: the subscriber's rule plans chunks inside the deadline, but a
         # relay gone silent can hold a request past it, and the client must still get
@@ -405,34 +408,88 @@ class KVService:
         try:
             if local is not None:
                 stop = self._load_local(local, write)
-            elif subscriber is None:
+            elif self.link.subscriber is None:
                 stop = StopReason.RELAY_GONE
             else:
                 async with budget:
-                    result = await subscriber.load(
-                        buffers.model, token_ids, write, deadline, quality_order=quality_order
+                    await self._load_resuming(
+                        buffers, token_ids, write, deadline, quality_order, results
                     )
-                stop = result.stopped
+                stop = results[-1].stopped
         except asyncio.CancelledError:
             stop = StopReason.CANCELLED
-        except (MoqtApiError, ConnectionError, TimeoutError):
-            # TimeoutError from `budget` is the deadline; from a MoQT request, a relay silent
-            # past the request timeout. Either way `written` says what landed.
-            stop = StopReason.DEADLINE if budget.expired() else StopReason.RELAY_GONE
+        except TimeoutError:
+            # The deadline, or (from a MoQT request) a relay silent past the request timeout:
+            # `written` says what landed. A relay lost mid-load and not back in time is
+            # RELAY_GONE, not the deadline's fault.
+            resuming = bool(results) and results[-1].stopped is StopReason.RELAY_GONE
+            stop = (
+                StopReason.DEADLINE if budget.expired() and not resuming else StopReason.RELAY_GONE
+            )
         except Exception as exc:
             emit(exc)
             return
         prompt, available = (local.prompt, local.tokens) if local else (None, 0)
         chunks: tuple[LoadedChunk, ...] = ()
         rejected: tuple[RejectedChunk, ...] = ()
-        if result is not None:
-            prompt, available = result.prompt, result.available
-            chunks, rejected = result.loaded, result.rejected
+        for result in results:
+            if result.prompt is not None:
+                prompt, available = result.prompt, result.available
+            chunks, rejected = chunks + result.loaded, rejected + result.rejected
         outcome = LoadOutcome(
             len(token_ids), stop, contiguous_spans(written), prompt, available, chunks, rejected
         )
         self._account(outcome, clock() - started)
         emit(outcome)
+
+    async def _load_resuming(
+        self,
+        buffers: BufferSet,
+        token_ids: Sequence[int],
+        write: KVSink,
+        deadline: float,
+        quality_order: tuple[str, ...],
+        results: list[LoadResult],
+    ) -> None:
+        """Load through the relay session; when it is lost mid-load, wait for the link to
+        reconnect and go on from the first chunk not yet written, until a load ends for
+        another reason (bound it from outside: the deadline). `results` gets each session's
+        result, the last one saying why the load ended.
+
+        A relay that restarted knows no prompt until their publishers have reconnected and
+        announced them again, so after a loss NOT_FOUND means "not yet": tried again every
+        `RESUME_POLL_S` (and not recorded, so that a deadline met meanwhile says RELAY_GONE)."""
+        first_chunk = 0
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        lost: KVSubscriber | None = None
+        while True:
+            subscriber = await self.link.subscriber_when_up()
+            if subscriber is lost:  # the link has not seen its session end yet
+                await asyncio.sleep(RESUME_POLL_S)
+                continue
+            try:
+                result = await subscriber.load(
+                    buffers.model,
+                    token_ids,
+                    write,
+                    end - loop.time(),
+                    quality_order=quality_order,
+                    first_chunk=first_chunk,
+                )
+            except (MoqtApiError, ConnectionError):
+                result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
+            if lost is not None and result.stopped is StopReason.NOT_FOUND:
+                await asyncio.sleep(RESUME_POLL_S)
+                continue
+            results.append(result)
+            session_over = subscriber.session.connection.closed.done()
+            if result.stopped is not StopReason.RELAY_GONE or not session_over:
+                return
+            loaded = [chunk.tokens for r in results for chunk in r.loaded]
+            first_chunk = leading_tokens(contiguous_spans(loaded)) // subscriber.chunk_size
+            log.info("load_resuming", first_chunk=first_chunk)
+            lost = subscriber
 
     def _load_local(self, match: PrefixMatch, write: KVSink) -> StopReason:
         kv = self._local_kv[match.prompt.namespace()]

@@ -77,6 +77,7 @@ class RelayLink:
         path to the relay outlives a reconnect more often than not."""
         self.session: api.Session | None = None
         self.subscriber: KVSubscriber | None = None
+        self._up = asyncio.Event()
         self._on_change = on_change
         self._sessions = 0
         self._announced: set[tuple[bytes, ...]] = set()
@@ -84,6 +85,12 @@ class RelayLink:
     @property
     def up(self) -> bool:
         return self.session is not None
+
+    async def subscriber_when_up(self) -> KVSubscriber:
+        """The session's subscriber, once there is one (bound the wait from outside)."""
+        while self.subscriber is None:
+            await self._up.wait()
+        return self.subscriber
 
     async def run(self) -> None:
         attempt = 0
@@ -101,6 +108,7 @@ class RelayLink:
                     self._throughput = self.subscriber.throughput
                 if self.session is not None:
                     self.session = self.subscriber = None
+                    self._up.clear()
                     await self._changed(False, False)
             await asyncio.sleep(self.backoff.delay(attempt))
             attempt += 1
@@ -118,6 +126,7 @@ class RelayLink:
             throughput=self._throughput,
             trust=self.trust,
         )
+        self._up.set()
         self._sessions += 1
         log.info("relay_connected", url=self.url, session=self._sessions)
         await self._changed(True, self._sessions > 1)

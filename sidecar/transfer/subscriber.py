@@ -272,6 +272,7 @@ class KVSubscriber:
         *,
         quality_order: Sequence[str] = QUALITY_ORDER,
         share: Share = WHOLE,
+        first_chunk: int = 0,
     ) -> LoadResult:
         """Load the KV of the longest available prefix of `token_ids` within `deadline` seconds.
 
@@ -280,6 +281,8 @@ class KVSubscriber:
         narrows the tracks the deadline rule may choose. `share` loads only that part of the
         available chunks (`transfer.parallel` spreads one load over several sessions); the
         result still reports what the prompt covers, and the destination must hold it all.
+        Chunks before `first_chunk` are taken as in place already (a load resumed on a new
+        session after the last one was lost).
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
@@ -291,7 +294,8 @@ class KVSubscriber:
         if source is None:
             return LoadResult(None, 0, (), (), StopReason.NOT_FOUND)
         try:
-            chunks = share.chunks(source.chunks)
+            shared = share.chunks(source.chunks)
+            chunks = range(max(shared.start, first_chunk), shared.stop)
             return await _Load(self, source, chunks, destination, end, quality_order).run()
         finally:
             await self._feeds.release(source.feed)
@@ -500,7 +504,11 @@ class _Load:
         except TimeoutError:
             return StopReason.DEADLINE
         if catalog is None or catalog.ready_chunks <= index:
-            return StopReason.CATALOG_INVALID if feed.error else StopReason.PUBLISHER_GONE
+            if feed.error:
+                return StopReason.CATALOG_INVALID
+            if self.session.connection.closed.done():  # the feed ended with the session
+                return StopReason.RELAY_GONE
+            return StopReason.PUBLISHER_GONE
         if index == self.chunks.start:
             _check_destination(self.destination, catalog, self.source.tokens)
         return self._begin(catalog, index)

@@ -254,10 +254,13 @@ STALL_PINGS = 3
 packet, or one slow loop iteration on either side, is not a dead peer."""
 
 
-def keepalive_interval(idle_timeout: float) -> float:
+def keepalive_interval(idle_timeout: float, stall_timeout: float | None = None) -> float:
     """PINGs often enough that a shorter idle timeout (a sidecar's --relay-timeout, an edge's
-    --upstream-timeout) only fires when the peer is really gone: three per timeout."""
-    return min(KEEPALIVE_INTERVAL, idle_timeout / 3)
+    --upstream-timeout) only fires when the peer is really gone: three per timeout; with a
+    stall timeout, one per stall timeout, so that a quiet session notices a dead peer in
+    about two of them (a prefill sidecar must announce its prompts again soon after its
+    relay restarts)."""
+    return min(KEEPALIVE_INTERVAL, idle_timeout / 3, stall_timeout or math.inf)
 
 
 MAX_URL_LENGTH = 8192
@@ -396,6 +399,8 @@ class MoqtConnection:
     def _ping(self, now: float) -> None:
         self.endpoint.quic.send_ping(0)
         self._next_ping = now + self._keepalive
+        if self._stall is not None:
+            self._stall.pinged_at = now
 
 
 @dataclass(slots=True)
@@ -403,26 +408,34 @@ class _StallWatch:
     """Tells a dead peer from a quiet one in about `timeout` seconds, not the idle timeout.
 
     QUIC notices a dead peer only when the idle timeout passes (10 s or more: a quiet peer
-    must not be dropped). But a peer that owes us an answer or data and acknowledges nothing,
-    not even PINGs, is gone: a live QUIC stack ACKs a PING within a round trip whatever its
-    application is doing. So while the session waits on the peer and has heard nothing for a
-    tick, every tick sends a PING, and `timeout` seconds of silence with `STALL_PINGS` of them
-    unanswered end the session.
+    must not be dropped). But a live QUIC stack ACKs a PING within a round trip whatever its
+    application is doing, so a peer that owes us something (an answer or data the session
+    waits for, or the ACK of our keepalive PING) and has sent nothing for a tick is probed:
+    every tick sends a PING, and `STALL_PINGS` of them unanswered over `timeout` seconds end
+    the session. Anything heard ends the probe.
     """
 
     timeout: float
-    probed_at: float = -math.inf
+    pinged_at: float = -math.inf
+    """When our last PING (keepalive or probe) went out."""
+    probing_since: float = 0.0
     unanswered: int = 0
 
     def gone(self, now: float, heard: float, awaiting: bool, ping: Callable[[float], None]) -> bool:
-        if not awaiting or now - heard < TICK_INTERVAL or heard > self.probed_at:
+        if heard > self.pinged_at:
+            self.unanswered = 0  # every PING so far is answered
+        owed = awaiting or heard < self.pinged_at
+        if not owed or now - heard < TICK_INTERVAL:
             self.unanswered = 0
-        if not awaiting or now - heard < TICK_INTERVAL:
             return False
-        if self.unanswered >= STALL_PINGS and now - heard >= self.timeout:
+        if self.unanswered == 0:
+            self.probing_since = now  # a tick into the silence
+        elif self.unanswered >= STALL_PINGS and now - self.probing_since >= (
+            self.timeout - TICK_INTERVAL
+        ):
             return True
         ping(now)
-        self.probed_at, self.unanswered = now, self.unanswered + 1
+        self.unanswered += 1
         return False
 
 
@@ -455,7 +468,7 @@ def _moqt_attach(
                     authorization=None if token is None else authorization_token(token.encode()),
                     now=loop.time(),
                 )
-                keepalive = keepalive_interval(settings.idle_timeout)
+                keepalive = keepalive_interval(settings.idle_timeout, settings.stall_timeout)
                 connection = MoqtConnection(
                     endpoint, session, on_session, loop, keepalive, settings.stall_timeout
                 )
