@@ -1,4 +1,4 @@
-"""A UDP forwarder that drops and delays datagrams: packet loss and latency without netem.
+"""A UDP forwarder that drops, delays and paces datagrams: a lossy, slow link without netem.
 
 This kernel has no netem qdisc, and `tc tbf` (bench/netns.py) only limits a rate, so loss and
 delay come from a process between the peers: it listens on one UDP port and forwards every
@@ -6,12 +6,15 @@ datagram to the target and back, each direction on its own, dropping a datagram 
 probability `loss` and holding each one for a delay drawn uniformly from `delay`, in order:
 a datagram never overtakes an earlier one in its direction, as through the FIFO queues of a
 real path (per-datagram jitter that reorders makes QUIC take reordering for loss, and
-measures that instead). Each client address gets its own
-socket to the target, so the target sees one peer per client. A seeded random generator
+measures that instead). With a `rate`, each direction is also a link of that rate: a
+datagram leaves once the ones before it have, and is dropped when it would wait longer than
+`QUEUE_S` (a switch buffer; `tc tbf` in bench/netns.py needs a network namespace and root,
+this needs neither). Each client address gets its own socket to the target, so the target
+sees one peer per client. A seeded random generator
 makes a run repeatable for the same order of arrivals.
 
     python -m bench.lossy_link --listen 127.0.0.1:5000 --target 127.0.0.1:4443 \\
-        --loss 0.05 --delay-ms 20-50
+        --loss 0.05 --delay-ms 20-50 --rate 20mbit
 
 It prints one JSON line once it listens (`{"event": "listening", "port": ...}`) and, on
 SIGTERM, one with what it forwarded and dropped.
@@ -27,8 +30,12 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from bench.netns import LinkLimit
+
 MAX_CLIENTS = 64
 """Client addresses served at once; a test or bench has a handful."""
+QUEUE_S = 0.05
+"""Longest a datagram waits for the rate-limited link before it is dropped instead."""
 MAX_PENDING = 64
 """Datagrams of a new client held while its socket to the target opens (microseconds)."""
 
@@ -39,8 +46,12 @@ class Impairment:
     """Probability that a datagram is dropped, each direction."""
     delay: tuple[float, float]
     """Seconds each datagram is held, uniform in [low, high]."""
+    rate: float | None = None
+    """Bytes per second each direction carries; None: as fast as the forwarder goes."""
 
     def __post_init__(self) -> None:
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"rate must be positive, got {self.rate}")
         if not 0 <= self.loss < 1:
             raise ValueError(f"loss must be in [0, 1), got {self.loss}")
         low, high = self.delay
@@ -66,6 +77,8 @@ class _Side(asyncio.DatagramProtocol):
     """To the target, while this client's socket opens."""
     last_due: float = field(default=0.0, init=False)
     """When the latest datagram through this side is delivered: later ones wait for it."""
+    link_free: float = field(default=0.0, init=False)
+    """When the rate-limited link has sent everything queued on it."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.DatagramTransport, transport)
@@ -74,7 +87,7 @@ class _Side(asyncio.DatagramProtocol):
         self.pending.clear()
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.link.impair(self, lambda: self.send(data, addr))
+        self.link.impair(self, len(data), lambda: self.send(data, addr))
 
 
 class LossyLink:
@@ -98,16 +111,24 @@ class LossyLink:
         assert front.transport is not None
         return int(front.transport.get_extra_info("sockname")[1])
 
-    def impair(self, side: _Side, deliver: Any) -> None:
+    def impair(self, side: _Side, size: int, deliver: Any) -> None:
+        now = self._loop.time()
+        sent = now
+        rate = self.impairment.rate
+        if rate is not None:
+            start = max(now, side.link_free)
+            if start - now > QUEUE_S:
+                self.counts.dropped += 1  # the queue is full: tail drop
+                return
+            sent = side.link_free = start + size / rate
         if self._random.random() < self.impairment.loss:
             self.counts.dropped += 1
             return
         self.counts.forwarded += 1
         low, high = self.impairment.delay
-        now = self._loop.time()
         # A microsecond after the one before: asyncio runs timers due at the same time in
         # no set order.
-        due = max(now + self._random.uniform(low, high), side.last_due + 1e-6)
+        due = max(sent + self._random.uniform(low, high), side.last_due + 1e-6)
         side.last_due = due
         if due > now:
             self._loop.call_at(due, deliver)
@@ -151,7 +172,8 @@ def _delay(text: str) -> tuple[float, float]:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    link = LossyLink(args.target, Impairment(args.loss, args.delay_ms), seed=args.seed)
+    rate = None if args.rate is None else args.rate.bits_per_second / 8
+    link = LossyLink(args.target, Impairment(args.loss, args.delay_ms, rate), seed=args.seed)
     host, port = args.listen
     bound = await link.start(host, port)
     print(json.dumps({"event": "listening", "port": bound}), flush=True)
@@ -174,6 +196,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--delay-ms", type=_delay, default=(0.0, 0.0), metavar="LOW[-HIGH]",
         help="delay per datagram, uniform in [LOW, HIGH] milliseconds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rate", type=LinkLimit.parse, metavar="RATE",
+        help="each direction's link rate, as tc writes it (20mbit, 1gbit); default: unlimited",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     asyncio.run(_serve(parser.parse_args(argv)))

@@ -22,6 +22,7 @@ import torch
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.aio.transport import MoqtUrl
 from sidecar.transfer.publisher import KVPublisher, PayloadHook, PublishedPrompt
 from sidecar.transfer.subscriber import KVSubscriber
 from tests.moqt.test_relay_harness import REPO, settings_for
@@ -127,6 +128,31 @@ def publisher_process(
         line = process.stdout.readline()
         assert json.loads(line)["event"] == "ready", f"publisher said {line!r}"
         yield process
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+@contextmanager
+def lossy_link(
+    target: str, loss: float = 0.0, delay_ms: str = "0", rate: str | None = None
+) -> Iterator[tuple[str, dict[str, int]]]:
+    """bench/lossy_link.py in front of `target` (a moqt URL): the URL to dial instead, and
+    (after the block) what it forwarded and dropped."""
+    url = MoqtUrl.parse(target)
+    argv = [
+        sys.executable, "-m", "bench.lossy_link", "--target", f"{url.host}:{url.port}",
+        "--loss", str(loss), "--delay-ms", delay_ms, "--seed", "7",
+        *(["--rate", rate] if rate else []),
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    counts: dict[str, int] = {}
+    try:
+        assert process.stdout is not None
+        listening = json.loads(process.stdout.readline())
+        yield f"moqt://127.0.0.1:{listening['port']}", counts
+        process.terminate()
+        counts.update(json.loads(process.stdout.readline()))
     finally:
         process.kill()
         process.wait(10)

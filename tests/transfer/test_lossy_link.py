@@ -5,11 +5,6 @@ this kernel has no netem), at internet packet sizes."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -19,37 +14,14 @@ from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
-from sidecar.moqt.aio.transport import MoqtUrl
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber, StopReason
-from tests.moqt.test_relay_harness import REPO, running_relay
-from tests.transfer.kv_net import MODEL, run, synthetic_kv
+from tests.moqt.test_relay_harness import running_relay
+from tests.transfer.kv_net import MODEL, lossy_link, run, synthetic_kv
 
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=64, dtype="float16")
 CHUNK = 128
 TOKENS = 512  # 1 MiB of fp16 KV, 0.5 MiB on int8
-
-
-@contextmanager
-def lossy_link(target: str, loss: float, delay_ms: str) -> Iterator[tuple[str, dict[str, int]]]:
-    """bench/lossy_link.py in front of `target` (a moqt URL): the URL to dial instead, and
-    (after the block) what it forwarded and dropped."""
-    url = MoqtUrl.parse(target)
-    argv = [
-        sys.executable, "-m", "bench.lossy_link", "--target", f"{url.host}:{url.port}",
-        "--loss", str(loss), "--delay-ms", delay_ms, "--seed", "7",
-    ]  # fmt: skip
-    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    counts: dict[str, int] = {}
-    try:
-        assert process.stdout is not None
-        listening = json.loads(process.stdout.readline())
-        yield f"moqt://127.0.0.1:{listening['port']}", counts
-        process.terminate()
-        counts.update(json.loads(process.stdout.readline()))
-    finally:
-        process.kill()
-        process.wait(10)
 
 
 @pytest.mark.slow

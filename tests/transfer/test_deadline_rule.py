@@ -1,0 +1,124 @@
+"""The deadline rule as a load applies it, on a slow link: a real relay process, the decoder
+behind bench/lossy_link.py pacing each direction at 8 Mbit/s (1 MB/s).
+
+On fast loopback every chunk fits on the best track and the rule never has to choose, so
+these loads are sized against the link, at the rate a warm-up load measured on it (QUIC
+gets less than the link's rate through its 50 ms queue): the first chunk's choice follows
+from that rate and the deadline alone, and the last chunk's from the time left, with
+margins of a third or more either side of each threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+import torch
+
+from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.aio import api
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.transfer.adapt import ThroughputEstimate
+from sidecar.transfer.publisher import KVPublisher, PublishedPrompt
+from sidecar.transfer.subscriber import KVSubscriber, LoadResult, StopReason
+from tests.moqt.test_relay_harness import RelayProcess, settings_for
+from tests.transfer.kv_net import MODEL, lossy_link, run, synthetic_kv
+
+pytestmark = pytest.mark.slow
+
+LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=64, dtype="float16")
+CHUNK = 128  # 262 KB a chunk on fp16, 0.26 s on the link
+RATE = "8mbit"
+BYTES_PER_SECOND = 1e6
+TRACKS = ("fp16", "int8", "int4")
+
+Load = Callable[[int, float, float], Awaitable[tuple[PublishedPrompt, LoadResult, KVSubscriber]]]
+
+
+def on_a_slow_link(
+    relay: RelayProcess, cert: CertificatePaths, test: Callable[[Load], Awaitable[None]]
+) -> None:
+    """Run `test` with a function that publishes a prompt of N chunks straight to the relay
+    and loads it through the slow link within D seconds, starting from a throughput
+    estimate of R bytes/s: (prompt, result, the subscriber, whose estimate it has updated)."""
+    with lossy_link(relay.url, rate=RATE) as (url, _):
+
+        async def main() -> None:
+            publisher = KVPublisher()
+            async with (
+                api.connect(relay.url, settings_for(cert), publisher=publisher) as prefill,
+                api.connect(url, settings_for(cert)) as decode,
+            ):
+                seeds = iter(range(100))
+
+                async def load(
+                    chunks: int, deadline: float, rate: float
+                ) -> tuple[PublishedPrompt, LoadResult, KVSubscriber]:
+                    seed = next(seeds)
+                    ids = [seed * 100_000 + i for i in range(chunks * CHUNK)]
+                    prompt = publisher.prompt(
+                        MODEL, LAYOUT, ids, tracks=TRACKS, default_track="fp16", chunk_size=CHUNK
+                    )
+                    await prefill.publish_namespace(prompt.namespace)
+                    await prompt.publish(synthetic_kv(len(ids), LAYOUT, seed=seed))
+                    for track in TRACKS:  # encoded before the clock starts
+                        await prompt.kept_track(track)
+                    subscriber = KVSubscriber(
+                        decode,
+                        chunk_size=CHUNK,
+                        throughput=ThroughputEstimate(rate),
+                    )
+                    result = await subscriber.load(
+                        MODEL, ids, torch.zeros(LAYOUT.shape(len(ids))), deadline
+                    )
+                    return prompt, result, subscriber
+
+                await test(load)
+
+        run(main)
+
+
+def chunk_bytes(prompt: PublishedPrompt, track: str) -> int:
+    assert prompt.catalog is not None
+    return prompt.catalog.chunk_bytes(0)[track]
+
+
+def test_a_chunk_that_fits_on_no_track_stops_the_load(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Eight chunks in the time 5 int4 chunks take: not even int4 fits the first chunk's
+    share (a ninth of what the lookup left), so the load stops at once with nothing
+    written, for the model server to compute. Falling back to the smallest track instead
+    would write a few chunks and then miss the deadline with the next."""
+
+    async def test(load: Load) -> None:
+        probe, _, warm = await load(2, 30, BYTES_PER_SECOND)
+        rate = warm.throughput.bytes_per_second
+        deadline = 5 * chunk_bytes(probe, "int4") / rate
+        _, result, _ = await load(8, deadline, rate)
+        assert result.stopped is StopReason.DEADLINE, result
+        assert result.loaded == (), result.loaded
+
+    on_a_slow_link(relay, cert, test)
+
+
+def test_each_chunk_gets_its_share_of_the_time_and_the_last_one_the_rest(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """Two chunks, in the time 4.5 int8 chunks take (I: an int8 chunk's seconds, about half
+    an fp16 chunk's, F). The first gets a third of it (the recent, last chunk counts two
+    shares): 1.5 I, enough for int8 but not fp16. The last gets all the time left, about
+    3.5 I: fp16. Giving the first chunk the whole time (fp16), or miscounting the chunks
+    left by one (first on fp16; or last with a third of the time left, 1.2 I: int8) each
+    change a track below."""
+
+    async def test(load: Load) -> None:
+        probe, _, warm = await load(2, 30, BYTES_PER_SECOND)
+        rate = warm.throughput.bytes_per_second
+        int8, fp16 = (chunk_bytes(probe, track) / rate for track in ("int8", "fp16"))
+        assert 1.8 * int8 < fp16 < 2.2 * int8
+        deadline = 4.5 * int8
+        _, result, _ = await load(2, deadline, rate)
+        assert result.stopped is StopReason.COMPLETE, result
+        assert [chunk.track for chunk in result.loaded] == ["int8", "fp16"], result.loaded
+
+    on_a_slow_link(relay, cert, test)
