@@ -6,9 +6,14 @@ harness.PROGRAMS and pass their kind to `relay_chain`.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tests.interop.harness import Peer, RelayPeer, StartPeer
+import pytest
+
+from tests.interop.harness import Peer, PeerError, RelayPeer, StartPeer
 from tests.interop.peers.pattern import expected_records
 
 
@@ -79,3 +84,34 @@ def discovery_chain(
     publisher = start_peer("aiomoqt", "pub", url=publish_url, mode="publish", **spec.params())
     publisher.wait_ready()
     return subscriber
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    """A bug of a peer that a pair of peers cannot work around, documented by the error it
+    causes: `pattern` (a regex) in the log of the peer named `peer`."""
+
+    peer: str
+    pattern: str
+    reason: str
+
+
+@contextmanager
+def known_bug(bug: KnownBug | None, **peers: Peer) -> Iterator[None]:
+    """Run the block; with `bug`, it must fail with exactly the documented error, and is then
+    an expected failure. Any other failure fails the test, and so does success: the bug is
+    fixed upstream, and the test should expect success again."""
+    if bug is None:
+        yield
+        return
+    try:
+        yield
+    except PeerError as failure:
+        log = peers[bug.peer].log()
+        if re.search(bug.pattern, log) is None:
+            raise PeerError(
+                f"failed, but not with the documented {bug.reason!r} "
+                f"({bug.pattern!r} not in the {bug.peer}'s log):\n{log}\n{failure}"
+            ) from failure
+        pytest.xfail(bug.reason)
+    pytest.fail(f"works now, although {bug.reason}: expect success again")

@@ -1,16 +1,19 @@
 """Publisher -> relay -> subscriber through combinations of moq-rs and aiomoqt.
 
 These prove the harness and map what the two independent implementations agree on. A chain
-that cannot work is an xfail(strict) whose reason says why, so a fix upstream shows up as
-an XPASS and README.md gets updated; see "Incompatibilities" there.
+that cannot work is a `KnownBug`: an expected failure only when it fails with the documented
+error (any other failure fails the test), and a failure when it works, so a fix upstream
+shows up and README.md gets updated; see "Incompatibilities" there.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tests.interop.harness import PeerError, StartPeer
-from tests.interop.scenario import TrackSpec, received, relay_chain
+from tests.interop.harness import StartPeer
+from tests.interop.scenario import KnownBug, TrackSpec, known_bug, received, relay_chain
 
 KINDS = ("moqrs", "aiomoqt")
 CHAINS = [(pub, relay, sub) for pub in KINDS for relay in KINDS for sub in KINDS]
@@ -37,27 +40,34 @@ def test_every_object_arrives_intact(start_peer: StartPeer, pub: str, relay: str
     assert str(subscriber.version).startswith(expected_version(sub, relay))
 
 
-_PUBLISH_REFUSED = pytest.mark.xfail(
-    raises=PeerError,
-    strict=True,
-    reason="moq-rs answers PUBLISH with PUBLISH_ERROR 0x3 'PUBLISH is not supported'",
+_PUBLISH_REFUSED = KnownBug(
+    "publisher",
+    r"PUBLISH is not supported",
+    "moq-rs answers PUBLISH with PUBLISH_ERROR 0x3 'PUBLISH is not supported'",
 )
 PUBLISH_FLOW = [
-    pytest.param("moqrs", "aiomoqt", marks=_PUBLISH_REFUSED, id="moqrs-relay-aiomoqt-sub"),
-    pytest.param("moqrs", "moqrs", marks=_PUBLISH_REFUSED, id="moqrs-relay-moqrs-sub"),
-    pytest.param("aiomoqt", "aiomoqt", id="aiomoqt-relay"),
-    pytest.param("aiomoqt", "moqrs", marks=_PUBLISH_REFUSED, id="aiomoqt-relay-moqrs-sub"),
+    pytest.param("moqrs", "aiomoqt", _PUBLISH_REFUSED, id="moqrs-relay-aiomoqt-sub"),
+    pytest.param("moqrs", "moqrs", _PUBLISH_REFUSED, id="moqrs-relay-moqrs-sub"),
+    pytest.param("aiomoqt", "aiomoqt", None, id="aiomoqt-relay"),
+    pytest.param(
+        "aiomoqt",
+        "moqrs",
+        dataclasses.replace(_PUBLISH_REFUSED, peer="relay"),
+        id="aiomoqt-relay-moqrs-sub",
+    ),
 ]
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize(("relay", "sub"), PUBLISH_FLOW)
-def test_publish_flow(start_peer: StartPeer, relay: str, sub: str) -> None:
+@pytest.mark.parametrize(("relay", "sub", "bug"), PUBLISH_FLOW)
+def test_publish_flow(start_peer: StartPeer, relay: str, sub: str, bug: KnownBug | None) -> None:
     """aiomoqt announcing its track with PUBLISH (no PUBLISH_NAMESPACE) instead."""
     spec = TrackSpec(namespace="kvtest/publish", timeout=6.0)
-    _, _, subscriber = relay_chain(start_peer, "aiomoqt", relay, sub, spec, mode="publish")
-    subscriber.expect_success(timeout=spec.timeout + 10)
-
+    relay_peer, publisher, subscriber = relay_chain(
+        start_peer, "aiomoqt", relay, sub, spec, mode="publish"
+    )
+    with known_bug(bug, relay=relay_peer, publisher=publisher, subscriber=subscriber):
+        subscriber.expect_success(timeout=spec.timeout + 10)
     assert received(subscriber) == spec.expected()
 
 

@@ -35,9 +35,15 @@ def test_groups_arriving_together_go_in_the_order_they_began() -> None:
     which groups stay would follow the order the streams were served in: here 0 and 2, and
     the newest, 3, lost half-way."""
     cache = RelayCache(4 * (100 + OBJECT_OVERHEAD))
-    for object_id in range(2):
-        for group in range(4):
-            cache.add(A, group, obj(object_id, 100))
+    for group in range(4):
+        cache.add(A, group, obj(0, 100))
+    assert cache.group_ids(A, 0) == [0, 1, 2, 3]  # full, each group half-way in
+    cache.add(A, 0, obj(1, 100))  # no room: the oldest group, 0, goes, half-way in
+    assert cache.group_ids(A, 0) == [1, 2, 3] and cache.evicted_from(A, 0)
+    cache.add(A, 0, obj(2, 100))  # and its rest is not kept
+    assert cache.group(A, 0) is None
+    for group in (1, 2, 3):
+        cache.add(A, group, obj(1, 100))
     assert cache.group_ids(A, 0) == [2, 3]
     assert all(len(cache.group(A, g).objects) == 2 for g in (2, 3))  # type: ignore[union-attr]
 
