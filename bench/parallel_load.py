@@ -98,6 +98,10 @@ class Way:
 
 
 BASELINE = Way("single", 1)
+GOAL_SPEEDUP = 1.2
+"""Spreading pays: the fastest worker-process load beats one session by this much."""
+GOAL_CPU_SHARE = 1.25
+"""...and no spread load costs more CPU seconds than this times the single load's."""
 
 
 class LoadMismatch(RuntimeError):
@@ -143,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvmoq bench parallel failed: {type(failure).__name__}: {failure}")
         return 1
     report |= {"cpus": os.cpu_count(), "load_average_at_start": load_average}
+    report["goals"] = _goals(report)
+    report["goals_met"] = all(goal["met"] for goal in report["goals"].values())
     _show(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
@@ -293,6 +299,32 @@ def _row(way: Way, seconds: float, cpu: CpuTime, nbytes: int, baseline_s: float)
     }
 
 
+def _goals(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Checked in code, written to the JSON: the worst track's figure against each goal."""
+
+    def cpu(row: dict[str, Any]) -> float:
+        return float(row["relay_cpu_s"] + row["loaders_cpu_s"])
+
+    speedups, cpu_shares = [], []
+    for figures in report["tracks"].values():
+        loads = figures["loads"]
+        single = next(row for row in loads if row["how"] == BASELINE.how)
+        speedups.append(max(row["vs_single"] for row in loads if row["how"] == "processes"))
+        cpu_shares += [cpu(row) / cpu(single) for row in loads if row is not single]
+    return {
+        "processes_speedup": {
+            "goal": f"fastest worker-process load >= {GOAL_SPEEDUP:g}x one session, every track",
+            "worst": min(speedups),
+            "met": min(speedups) >= GOAL_SPEEDUP,
+        },
+        "cpu_share": {
+            "goal": f"every spread load's CPU s <= {GOAL_CPU_SHARE:g}x the single load's",
+            "worst": max(cpu_shares),
+            "met": max(cpu_shares) <= GOAL_CPU_SHARE,
+        },
+    }
+
+
 def _show(report: dict[str, Any]) -> None:
     print(
         f"\n{report['layout']}, {report['tokens']} tokens, through a relay on "
@@ -315,3 +347,6 @@ def _show(report: dict[str, Any]) -> None:
             )
     starts = ", ".join(f"{n}: {s:.1f} s" for n, s in report["worker_start_s"].items())
     print(f"Worker processes started and connected (outside the clock) in {starts}.")
+    for name, goal in report["goals"].items():
+        print(f"goal {name}: {goal['goal']}: worst {goal['worst']:.2f}: "
+              f"{'met' if goal['met'] else 'NOT met'}")  # fmt: skip

@@ -54,7 +54,32 @@ NAMESPACE = (b"kvmoq-bench",)
 TRACK = FullTrackName(NAMESPACE, b"objects")
 STEP_TIMEOUT_S = 60.0
 SLOWEST_MBPS = 1.0
-"""A run slower than this is reported as stalled (null) instead of holding the bench up."""
+"""A run slower than this is stalled: its figure is null, its goals are not met, and the
+bench exits 1 (a stack that stalls is broken, whatever the other figures say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Goals:
+    """Lower bounds on one row's ratios: to TLS over TCP, and MoQT to bare QUIC."""
+
+    direct_ratio: float
+    relay_ratio: float
+    moqt_bare_ratio: float
+
+    def check(self, row: dict[str, float | None]) -> dict[str, dict[str, Any]]:
+        return {
+            name: {"goal": bound, "value": row[name], "met": (row[name] or 0.0) >= bound}
+            for name, bound in ((f, getattr(self, f)) for f in self.__slots__)
+        }
+
+
+GOALS = {
+    LOOPBACK_DATAGRAM_SIZE: Goals(direct_ratio=0.28, relay_ratio=0.2, moqt_bare_ratio=0.8),
+    INTERNET_DATAGRAM_SIZE: Goals(direct_ratio=0.4, relay_ratio=0.25, moqt_bare_ratio=0.8),
+}
+"""Issue "MoQT draft-14 stack" (16 KiB datagrams) and issue "MoQT at internet packet sizes"
+(1350 bytes): MoQT direct and via one relay against TLS over TCP, MoQT against bare QUIC on
+the same stack."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -452,7 +477,8 @@ def run(args: argparse.Namespace) -> int:
     total = max(1, args.mbytes * 1_000_000 // CHUNK) * CHUNK
     backends = args.backend or list(BACKENDS)
     with_relay = relay_available()
-    figures: dict[str, Any] = {}
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    stalled: list[str] = []
 
     def best(job: Job) -> float | None:
         # Other load only ever slows a run down, so the fastest of the repeats is the figure.
@@ -461,7 +487,7 @@ def run(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="kvmoq-bench-") as tmp:
         cert = write_certificate(Path(tmp))
-        tls = figures["tls_tcp_mbps"] = best(Job("tls_tcp", total, cert))
+        tls = best(Job("tls_tcp", total, cert))
         print(f"TLS over TCP (asyncio streams): {_cell(tls, 8, 1)} MB/s")
         print(
             f"{'stack':8} {'datagram':>8} {'bare QUIC':>10} {'MoQT':>8} {'via relay':>10}"
@@ -475,35 +501,60 @@ def run(args: argparse.Namespace) -> int:
                 relayed = (
                     best(replace(quic_job, kind="moqt", via_relay=True)) if with_relay else None
                 )
-                row = figures.setdefault(backend, {})[str(size)] = {
+                row = rows.setdefault(backend, {})[str(size)] = {
+                    "bare_mbps": bare,
                     "direct_mbps": direct,
                     "relay_mbps": relayed,
                     "direct_ratio": _ratio(direct, tls),
                     "relay_ratio": _ratio(relayed, tls),
+                    "moqt_bare_ratio": _ratio(direct, bare),
                 }
+                if with_relay:
+                    row["goals"] = GOALS[size].check(row)
+                measured = [bare, direct, *([relayed] if with_relay else [])]
+                if tls is None or None in measured:
+                    stalled.append(f"{backend}/{size}")
                 print(
                     f"{backend:8} {size:>8} {_cell(bare, 10, 1)} {_cell(direct, 8, 1)}"
                     f" {_cell(relayed, 10, 1) if with_relay else 'n/a':>10}"
                     f" {_cell(_ratio(direct, bare), 9, 2)} {_cell(row['direct_ratio'], 12, 2)}"
                     f" {_cell(row['relay_ratio'], 11, 2) if with_relay else 'n/a':>11}"
                 )
+    goals = [
+        (f"{backend}/{size}", name, goal)
+        for backend, sizes in rows.items()
+        for size, row in sizes.items()
+        for name, goal in row.get("goals", {}).items()
+    ]
+    for where, name, goal in goals:
+        value = "stalled" if goal["value"] is None else f"{goal['value']:.2f}"
+        verdict = "met" if goal["met"] else "NOT met"
+        print(f"goal {where} {name} >= {goal['goal']}: {value}: {verdict}")
+    report = {
+        "tls_tcp_mbps": tls,
+        "rows": rows,
+        "goals_met": bool(goals) and all(goal["met"] for _, _, goal in goals),
+        "stalled": stalled,
+    }
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
-        write_plot(figures, Path(args.plot))
+        write_plot(report, Path(args.plot))
+    if stalled:
+        print(f"kvmoq bench transport: stalled (under {SLOWEST_MBPS} MB/s): {', '.join(stalled)}")
+        return 1
     return 0
 
 
-def write_plot(figures: dict[str, Any], path: Path) -> None:
+def write_plot(report: dict[str, Any], path: Path) -> None:
     """MoQT goodput per stack and datagram size, direct and through the relay, with TLS over
     TCP as a line: the table's ratios, at a glance (each bar is labelled with its ratio)."""
     from sidecar.demo.plot import bars, png
 
-    tls = figures["tls_tcp_mbps"]
+    tls = report["tls_tcp_mbps"]
     rows = {
         f"{backend}\n{size} B datagrams": row
-        for backend, sizes in figures.items()
-        if backend != "tls_tcp_mbps"
+        for backend, sizes in report["rows"].items()
         for size, row in sizes.items()
     }
     series = {"MoQT direct": "direct", "MoQT via relay": "relay"}

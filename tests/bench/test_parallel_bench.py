@@ -38,5 +38,13 @@ def test_parallel_bench_reports_every_way_and_leaves_nothing_running(tmp_path: P
     assert TOKENS * FP16_BYTES_PER_TOKEN <= fp16 < 1.01 * TOKENS * FP16_BYTES_PER_TOKEN
     assert int8 < 0.6 * fp16
     assert set(report["worker_start_s"]) == {"2"}
-    assert "vs 1" in result.stdout
+    speedups = [
+        max(r["vs_single"] for r in f["loads"] if r["how"] == "processes")
+        for f in report["tracks"].values()
+    ]
+    speedup = report["goals"]["processes_speedup"]
+    assert speedup["worst"] == pytest.approx(min(speedups))
+    assert speedup["met"] == (speedup["worst"] >= 1.2)
+    assert report["goals_met"] == all(goal["met"] for goal in report["goals"].values())
+    assert "vs 1" in result.stdout and "goal processes_speedup" in result.stdout
     assert run.leftovers() == []

@@ -25,17 +25,26 @@ def test_bench_writes_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "transport.json"
     result = run_bench("--mbytes", "4", "--backend", "aioquic", "--json", str(out))
     assert result.returncode == 0, result.stderr
-    figures = json.loads(out.read_text())
-    assert set(figures) == {"tls_tcp_mbps", "aioquic"}
-    assert figures["tls_tcp_mbps"] > 0
-    assert set(figures["aioquic"]) == {"1350", "16384"}
-    for row in figures["aioquic"].values():
-        assert set(row) == {"direct_mbps", "relay_mbps", "direct_ratio", "relay_ratio"}
-        assert row["direct_mbps"] > 0
-        assert row["direct_ratio"] == pytest.approx(row["direct_mbps"] / figures["tls_tcp_mbps"])
-        if row["relay_mbps"] is not None:
-            assert row["relay_ratio"] == pytest.approx(row["relay_mbps"] / figures["tls_tcp_mbps"])
-    assert "TLS over TCP" in result.stdout and "aioquic" in result.stdout
+    report = json.loads(out.read_text())
+    assert set(report) == {"tls_tcp_mbps", "rows", "goals_met", "stalled"}
+    tls = report["tls_tcp_mbps"]
+    assert tls > 0 and report["stalled"] == []
+    assert set(report["rows"]) == {"aioquic"}
+    assert set(report["rows"]["aioquic"]) == {"1350", "16384"}
+    goals = []
+    for size, row in report["rows"]["aioquic"].items():
+        ratios = {"direct_ratio", "relay_ratio", "moqt_bare_ratio"}
+        assert set(row) == {"bare_mbps", "direct_mbps", "relay_mbps", "goals"} | ratios
+        assert row["bare_mbps"] > 0 and row["direct_mbps"] > 0 and row["relay_mbps"] > 0
+        assert row["direct_ratio"] == pytest.approx(row["direct_mbps"] / tls)
+        assert row["relay_ratio"] == pytest.approx(row["relay_mbps"] / tls)
+        assert row["moqt_bare_ratio"] == pytest.approx(row["direct_mbps"] / row["bare_mbps"])
+        for name, goal in row["goals"].items():
+            assert goal["met"] == (row[name] >= goal["goal"]), (size, name, goal)
+            goals.append(goal["met"])
+        assert set(row["goals"]) == ratios
+    assert report["goals_met"] == all(goals)
+    assert "TLS over TCP" in result.stdout and "goal aioquic/1350 direct_ratio" in result.stdout
 
 
 def test_bench_rejects_a_bad_size() -> None:
