@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.fanout_loader import load_digest, token_ids
+from bench.fanout_loader import Loaders, LoadMismatch, load_digest, token_ids
 from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, synthetic_kv
 from bench.procstat import cpu_seconds
 
@@ -48,8 +48,6 @@ DEFAULT_SUBSCRIBERS = "1,8,32"
 DEFAULT_EDGES = 3
 DEFAULT_LOADERS = 2
 TOKEN_RANGE = range(128, 16384 + 1)
-LOADER_START_S = 120.0
-ROUND_TIMEOUT_S = 900.0
 GOAL_ROOT_COPIES = 1.0
 """The root sends each edge one copy of the prompt, however many decoders are below it."""
 GOAL_ROOT_CPU_SHARE = 0.5
@@ -155,10 +153,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class LoadMismatch(RuntimeError):
-    """A load that did not bring the reference's KV: the figures would be worthless."""
-
-
 @dataclass(frozen=True, slots=True)
 class Relay:
     """A relay process of the benchmark: its role, URL, pid and /metrics address."""
@@ -174,7 +168,7 @@ class Relay:
         return cpu_seconds(self.pid), scrape(self.http)["object_bytes_sent"]
 
 
-def _start(children: Children, cert: CertificatePaths, role: str, *flags: str) -> Relay:
+def measured_relay(children: Children, cert: CertificatePaths, role: str, *flags: str) -> Relay:
     from sidecar.address import free_tcp_port
     from sidecar.demo.services import HOST, start_relay
 
@@ -191,10 +185,12 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
     from sidecar.transfer.subscriber import KVSubscriber
 
     size = ("--max-datagram-size", str(job.datagram_size))
-    single = _start(children, cert, "relay", *size)
-    root = _start(children, cert, "root", *size)
+    single = measured_relay(children, cert, "relay", *size)
+    root = measured_relay(children, cert, "root", *size)
     upstream = ("--upstream", root.url, "--ca", str(cert.cert))
-    edges = [_start(children, cert, f"edge {i + 1}", *size, *upstream) for i in range(job.edges)]
+    edges = [
+        measured_relay(children, cert, f"edge {i + 1}", *size, *upstream) for i in range(job.edges)
+    ]
     settings = QuicSettings(ca_file=cert.cert, max_datagram_size=job.datagram_size)
     layout = KVLayout(LAYERS, KV_HEADS, HEAD_DIM, "float16")
     print(
@@ -270,38 +266,19 @@ async def _round(
     relays: list[Relay],
     reference: dict[str, Any],
 ) -> dict[str, Any]:
-    """Start the loaders, time one load per decoder at once, stop the loaders."""
-    loaders = [
-        await _loader(job, cert, prompt, urls[i :: job.loaders])
-        for i in range(min(job.loaders, len(urls)))
-    ]
-    try:
+    """Time one load per decoder at once, with each relay's CPU and bytes sent meanwhile."""
+    loaders = Loaders(cert.cert, job.tokens, job.track, job.datagram_size, job.loaders)
+    async with loaders.connected([(url, prompt) for url in urls]) as loading:
         before = [await asyncio.to_thread(relay.snapshot) for relay in relays]
-        started = time.perf_counter()
-        for loader in loaders:
-            assert loader.stdin is not None
-            loader.stdin.write(b"go\n")
-        replies = [
-            await asyncio.wait_for(_reply(loader, "loaded"), ROUND_TIMEOUT_S) for loader in loaders
-        ]
-        seconds = time.perf_counter() - started
+        seconds, loads = await loading.go({prompt: reference["digest"]})
         after = [await asyncio.to_thread(relay.snapshot) for relay in relays]
-    finally:
-        for loader in loaders:
-            if loader.returncode is None:
-                loader.kill()
-            await loader.wait()
-    loads = [load for reply in replies for load in reply["loads"]]
-    for load in loads:
-        if not load["complete"] or load["digest"] != reference["digest"]:
-            raise LoadMismatch(f"a decoder's load differs from the reference: {load}")
     delivered_mb = sum(load["bytes"] for load in loads) / 1e6
     times = sorted(load["seconds"] for load in loads)
     return {
         "seconds": seconds,
         "aggregate_mbps": delivered_mb / seconds,
         "load_p50_s": statistics.median(times),
-        "load_p99_s": times[min(len(times) - 1, round(0.99 * (len(times) - 1)))],
+        "load_p99_s": percentile(times, 0.99),
         "relays": [
             {
                 "role": relay.role,
@@ -314,32 +291,9 @@ async def _round(
     }
 
 
-async def _loader(
-    job: Job, cert: CertificatePaths, prompt: int, urls: list[str]
-) -> asyncio.subprocess.Process:
-    import sys
-
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.fanout_loader",
-        "--urls", ",".join(urls), "--ca", str(cert.cert), "--model", MODEL,
-        "--tokens", str(job.tokens), "--prompt", str(prompt), "--track", job.track,
-        "--max-datagram-size", str(job.datagram_size),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    await asyncio.wait_for(_reply(process, "ready"), LOADER_START_S)
-    return process
-
-
-async def _reply(process: asyncio.subprocess.Process, event: str) -> dict[str, Any]:
-    assert process.stdout is not None
-    line = await process.stdout.readline()
-    if not line:
-        raise ConnectionError(f"a loader exited (status {await process.wait()}) before {event!r}")
-    reply: dict[str, Any] = json.loads(line)
-    if reply.get("event") != event:
-        raise ConnectionError(f"a loader said {reply!r}, not {event!r}")
-    return reply
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of sorted figures."""
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def _goals(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

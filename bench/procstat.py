@@ -1,9 +1,10 @@
-"""CPU time of other processes (relays, load workers), read from /proc, for the benchmarks
-that report CPU seconds next to wall time."""
+"""CPU time and memory of processes (relays, publishers, load workers), read from /proc, for
+the benchmarks that report them next to wall time."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -13,3 +14,19 @@ def cpu_seconds(pid: int) -> float:
     # utime and stime: fields 14 and 15, counted after the ")" closing the command name
     utime, stime = stat.rsplit(")", 1)[1].split()[11:13]
     return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    rss: int
+    """Resident bytes now."""
+    peak: int
+    """The most resident bytes so far (VmHWM)."""
+
+
+def memory(pid: int | None) -> Memory:
+    """Resident and peak resident memory of process ``pid`` (None: this one)."""
+    status = Path(f"/proc/{pid or 'self'}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    kib = {name: int(fields[name].split()[0]) * 1024 for name in ("VmRSS", "VmHWM")}
+    return Memory(kib["VmRSS"], kib["VmHWM"])

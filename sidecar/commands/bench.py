@@ -43,6 +43,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "one prompt's KV to N decoders at once through one relay and through a root with "
         "edges: aggregate MB/s, per-load p50/p99, relay CPU per MB, bytes per tier",
     ),
+    "load": Benchmark(
+        "bench.load",
+        "many decoders on one relay: one prompt to 32, and 8 publishers with 8 decoders "
+        "each: objects/s, MB/s, p50/p99 load s, every process's peak memory, all verified",
+    ),
     "parallel": Benchmark(
         "bench.parallel_load",
         "one large prompt's KV through the relay over 1 QUIC connection vs N "

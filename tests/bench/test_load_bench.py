@@ -1,0 +1,41 @@
+"""`kvmoq bench load` at a tiny size: a real relay, publisher and loader processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.bench.bench_run import run_bench
+
+TOKENS = 256
+
+
+@pytest.mark.slow
+def test_load_bench_verifies_every_load_and_reports_every_process(tmp_path: Path) -> None:
+    run = run_bench(
+        "load",
+        tmp_path / "load.json",
+        *("--tokens", str(TOKENS), "--fanout", "4", "--publishers", "2", "--per-publisher", "2"),
+        *("--cache-bytes", str(64 << 20)),
+    )
+    report, result = run.report, run.result
+    one, many = report["rows"]
+    assert (one["round"], one["publishers"], one["decoders"]) == ("one prompt", 1, 4)
+    assert (many["round"], many["publishers"], many["decoders"]) == ("many publishers", 2, 4)
+    for row in (one, many):
+        assert row["verified_loads"] == row["decoders"]
+        assert row["objects_per_s"] == pytest.approx(row["decoders"] * TOKENS / row["seconds"])
+        assert 0 < row["load_p50_s"] <= row["load_p99_s"] <= row["seconds"]
+        assert len(row["loader_peak_rss"]) == 2 and min(row["loader_peak_rss"]) > 0
+    assert len(report["publishers"]) == 3  # one for the first round, two for the second
+    for publisher in report["publishers"]:
+        assert publisher["peak_rss"] > publisher["baseline_rss"] > 0
+        assert publisher["kv_bytes"] == TOKENS * 30 * 2 * 3 * 64 * 2
+    goals = report["goals"]
+    relay_over = (report["relay_peak_rss"] - (64 << 20)) / (1 << 20)
+    assert goals["relay_memory"]["worst"] == pytest.approx(relay_over)
+    assert goals["relay_memory"]["met"] == (relay_over <= 256)
+    assert report["goals_met"] == all(goal["met"] for goal in goals.values())
+    assert "goal publisher_memory" in result.stdout
+    assert run.leftovers() == []
