@@ -1,8 +1,9 @@
 """Load: many decoders on one relay at once, fed by one publisher and by eight.
 
-Two rounds through one `kvmoq relay` process (`--cache-bytes`, on loopback): one prompt to
-`--fanout` decoders (32), and `--publishers` publishers (8) with `--per-publisher` decoders
-each (8). Every publisher is a process of its own (bench.load_publisher: a prefill node's
+Rounds through one `kvmoq relay` process (`--cache-bytes`, on loopback): the baseline, one
+decoder alone loading one publisher's prompt; one prompt to `--fanout` decoders (32); and
+`--publishers` publishers (8) with `--per-publisher` decoders each (8); MB/s delivered is
+shown against the baseline's (`vs alone`). Every publisher is a process of its own (bench.load_publisher: a prefill node's
 `KVPublisher`, synthetic KV in SmolLM2-135M's layout, `--tokens`, one `--track`); the
 decoders are `KVSubscriber` sessions in `--loaders` processes (bench.fanout_loader),
 connected before the clock starts. Nothing is cached before a round: the first loads of a
@@ -152,7 +153,9 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
     relay = measured_relay(children, cert, "relay", *size, "--cache-bytes", str(job.cache_bytes))
     reference = await asyncio.to_thread(reference_digest, job)
     loaders = Loaders(cert.cert, job.tokens, job.track, job.datagram_size, job.loaders)
+    alone = job.publishers + 1
     rounds = (
+        ("alone", [[alone]], 1),
         ("one prompt", [[0]], job.fanout),
         ("many publishers", [[p] for p in range(1, job.publishers + 1)], job.per_publisher),
     )
@@ -174,15 +177,14 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
             ]
             async with loaders.connected(sessions) as loading:
                 pids = [p.pid for p in loading.loaders]
-                seconds, loads = await loading.go(
-                    dict.fromkeys(range(job.publishers + 1), reference)
-                )
+                seconds, loads = await loading.go(dict.fromkeys(range(alone + 1), reference))
                 loader_peaks = [memory(pid).peak for pid in pids]
             publisher_memory += [
                 {**ready, "peak_rss": memory(process.pid).peak} for process, ready in publishers
             ]
             rows.append(_row(name, len(prompts_by_publisher), decoders, seconds, loads, job))
             rows[-1]["loader_peak_rss"] = loader_peaks
+            rows[-1]["vs_alone"] = rows[-1]["mbps"] / rows[0]["mbps"]
     return {
         "layout": f"{MODEL} ({LAYERS} layers, {KV_HEADS} KV heads, head dim {HEAD_DIM})",
         "tokens": job.tokens,
@@ -260,14 +262,14 @@ def _show(report: dict[str, Any]) -> None:
     )
     print(
         f"{'round':16} {'pubs':>4} {'decoders':>8} {'seconds':>8} {'objects/s':>10} "
-        f"{'MB/s':>7} {'p50 s':>6} {'p99 s':>6} {'loader peak MB':>15}"
+        f"{'MB/s':>7} {'vs alone':>8} {'p50 s':>6} {'p99 s':>6} {'loader peak MB':>15}"
     )
     for row in report["rows"]:
         peaks = "/".join(f"{peak / 1e6:.0f}" for peak in row["loader_peak_rss"])
         print(
             f"{row['round']:16} {row['publishers']:>4} {row['decoders']:>8} "
             f"{row['seconds']:>8.2f} {row['objects_per_s']:>10.0f} {row['mbps']:>7.1f} "
-            f"{row['load_p50_s']:>6.2f} {row['load_p99_s']:>6.2f} {peaks:>15}"
+            f"{row['vs_alone']:>7.2f}x {row['load_p50_s']:>6.2f} {row['load_p99_s']:>6.2f} {peaks:>15}"
         )
     print(f"relay peak: {report['relay_peak_rss'] / 1e6:.0f} MB")
     for publisher in report["publishers"]:

@@ -30,3 +30,8 @@ def memory(pid: int | None) -> Memory:
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     kib = {name: int(fields[name].split()[0]) * 1024 for name in ("VmRSS", "VmHWM")}
     return Memory(kib["VmRSS"], kib["VmHWM"])
+
+
+def reset_peak() -> None:
+    """Start this process's peak resident memory (VmHWM) again from what it holds now."""
+    Path("/proc/self/clear_refs").write_text("5")

@@ -20,15 +20,17 @@ def test_load_bench_verifies_every_load_and_reports_every_process(tmp_path: Path
         *("--cache-bytes", str(64 << 20)),
     )
     report, result = run.report, run.result
-    one, many = report["rows"]
+    alone, one, many = report["rows"]
+    assert (alone["round"], alone["decoders"], alone["vs_alone"]) == ("alone", 1, 1.0)
     assert (one["round"], one["publishers"], one["decoders"]) == ("one prompt", 1, 4)
     assert (many["round"], many["publishers"], many["decoders"]) == ("many publishers", 2, 4)
-    for row in (one, many):
+    for row in (alone, one, many):
         assert row["verified_loads"] == row["decoders"]
+        assert row["vs_alone"] == pytest.approx(row["mbps"] / alone["mbps"])
         assert row["objects_per_s"] == pytest.approx(row["decoders"] * TOKENS / row["seconds"])
         assert 0 < row["load_p50_s"] <= row["load_p99_s"] <= row["seconds"]
-        assert len(row["loader_peak_rss"]) == 2 and min(row["loader_peak_rss"]) > 0
-    assert len(report["publishers"]) == 3  # one for the first round, two for the second
+        assert 1 <= len(row["loader_peak_rss"]) <= 2 and min(row["loader_peak_rss"]) > 0
+    assert len(report["publishers"]) == 4  # one alone, one for one prompt, two for many
     for publisher in report["publishers"]:
         assert publisher["peak_rss"] > publisher["baseline_rss"] > 0
         assert publisher["kv_bytes"] == TOKENS * 30 * 2 * 3 * 64 * 2
