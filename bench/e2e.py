@@ -50,6 +50,9 @@ LOG_WIDTH = 150
 """Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
 SPEEDUP_GOAL = 5.0
 KL_GOAL = 0.03
+ESTIMATE_GOAL = 0.3
+"""Lookup's estimate of a load's seconds within 30% of the load's (issue "Security and
+reliability"), on loopback and under each link limit, once the sidecar has loaded."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -295,6 +298,12 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         )
         return run, link_bytes
 
+    async def estimate(subscriber: KVSubscriber, seconds: float) -> float:
+        """What Lookup would say a load within `seconds` takes (`KVSubscriber.estimate`)."""
+        found = await subscriber.lookup(MODEL_NAME, prompt)
+        return await subscriber.estimate(found, layout, seconds)
+
+    estimates: dict[str, dict[str, float]] = {}
     async with _subscriber(url, ca) as subscriber:
         console.log(f"fetching every track once ({' '.join(CODEC_NAMES)}) into the relay's cache")
         for track in CODEC_NAMES:
@@ -313,7 +322,10 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
             ("adaptive", None, deadline),
         ]:
             console.log(f"timed load through the relay on loopback: {label}")
+            guess = await estimate(subscriber, seconds) if order is None else None
             runs.append(await measure(subscriber, label, order, seconds, job.repeat))
+            if guess is not None:
+                estimates["loopback"] = _estimate_row(guess, runs[-1][0].load_s)
 
     links: dict[str, dict[str, Any]] = {}
     if job.limits:
@@ -329,7 +341,14 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                     f"{measured / 1e6:.1f} Mbit/s; adaptive load, deadline {deadline:.2f} s"
                 )
                 async with _subscriber(url, ca) as subscriber:
+                    # A sidecar knows its link from the loads it has made: one first.
+                    await load(
+                        subscriber, MODEL_NAME, prompt, layout, deadline=deadline,
+                        quality_order=None, progress=lambda _: None,
+                    )  # fmt: skip
+                    guess = await estimate(subscriber, deadline)
                     link_run, link_bytes = await measure(subscriber, "adaptive", None, deadline)
+                estimates[label] = _estimate_row(guess, link_run.load_s)
             finally:
                 namespace.limit(None)
             links[label] = {
@@ -340,7 +359,19 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 and link_run.load_s <= deadline,
                 **_figures(link_run, link_bytes, reference, fp16_bytes),
             }
-    return _report(job, reference, deadline, runs, links, fp16_bytes)
+    report = _report(job, reference, deadline, runs, links, fp16_bytes)
+    errors = [abs(row["error"]) for row in estimates.values()]
+    report["lookup_estimates"] = estimates
+    report["estimate_goal"] = {
+        "within": ESTIMATE_GOAL,
+        "worst": max(errors, default=None),
+        "met": bool(errors) and max(errors) <= ESTIMATE_GOAL,
+    }
+    return report
+
+
+def _estimate_row(estimate: float, load_s: float) -> dict[str, float]:
+    return {"estimate_s": estimate, "load_s": load_s, "error": estimate / load_s - 1}
 
 
 def _figures(
@@ -445,6 +476,16 @@ def _show(console: Console, report: dict[str, Any]) -> None:
         f"Goal: load >= {SPEEDUP_GOAL:.0f}x faster than recompute at KL <= {KL_GOAL}: "
         f"{verdict} ({achieved}; recompute {recompute_s:.2f} s, "
         f"prefill node {report['prefill_node_s']:.2f} s)"
+    )
+    for where, row in report["lookup_estimates"].items():
+        console.print(
+            f"Lookup estimate, {where}: {row['estimate_s']:.2f} s for a load of "
+            f"{row['load_s']:.2f} s ({row['error']:+.0%})"
+        )
+    goal = report["estimate_goal"]
+    console.print(
+        f"Goal: Lookup's estimate within {goal['within']:.0%} of the load: "
+        f"{'met' if goal['met'] else 'NOT met'}"
     )
 
 

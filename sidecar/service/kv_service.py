@@ -25,8 +25,8 @@ import torch
 
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
-from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges
-from sidecar.kvcache.naming import MAX_TOKENS, PromptName, chunk_count
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, chunk_ranges
+from sidecar.kvcache.naming import MAX_TOKENS, PromptName
 from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.log import get_logger
@@ -41,10 +41,9 @@ from sidecar.service.errors import (
 )
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
-from sidecar.transfer.adapt import QUALITY_ORDER, chunk_sizes, load_seconds_estimate
+from sidecar.transfer.adapt import QUALITY_ORDER
 from sidecar.transfer.publisher import PublishedPrompt, PublishError
 from sidecar.transfer.subscriber import (
-    Availability,
     KVSink,
     KVSubscriber,
     LoadedChunk,
@@ -60,10 +59,6 @@ log = get_logger(__name__)
 RESUME_POLL_S = 0.1
 """How often a load whose session was lost looks whether the link has seen it end, and then
 whether the prompt is published again."""
-
-CATALOG_WAIT = 1.0
-"""Seconds Lookup waits for the catalog its estimate is made from when the lookup read none
-(announcements vouched for the prompt); without it the estimate assumes fp16."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +290,9 @@ class KVService:
         elif subscriber is not None:
             try:
                 availability = await subscriber.lookup(buffers.model, token_ids)
-                seconds = await self._estimate(subscriber, availability, buffers.layout)
+                seconds = await subscriber.estimate(
+                    availability, buffers.layout, self.settings.load_seconds
+                )
             except (MoqtApiError, ConnectionError, TimeoutError) as exc:
                 log.warning("lookup_relay_gone", error=str(exc))
             else:
@@ -309,23 +306,6 @@ class KVService:
                 )
         self.metrics.lookups.labels("hit" if found.tokens else "miss").inc()
         return found
-
-    async def _estimate(
-        self, subscriber: KVSubscriber, availability: Availability, layout: KVLayout
-    ) -> float:
-        """Seconds a Load with no deadline and no track list would take for what the lookup
-        found: each chunk on the track the deadline rule would choose (the catalog's sizes),
-        at the throughput the subscriber measured over its loads, which a load starts from."""
-        if availability.prompt is None:
-            return 0.0
-        rate = subscriber.throughput.bytes_per_second
-        catalog = availability.catalog or await subscriber.catalog(
-            availability.prompt, CATALOG_WAIT
-        )
-        if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
-            return availability.tokens * layout.fp16_bytes_per_token / rate
-        sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
-        return load_seconds_estimate(sizes, rate, self.settings.load_seconds)
 
     # Load -------------------------------------------------------------------------------
 

@@ -38,17 +38,27 @@ import torch
 from sidecar.kvcache.catalog import Catalog, ChunkIntegrityError
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
-from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
-from sidecar.kvcache.naming import PromptName
+from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
+from sidecar.kvcache.naming import PromptName, chunk_count
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
 from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogTrust
 from sidecar.log import get_logger
 from sidecar.moqt.aio.api import FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
-from sidecar.transfer.adapt import QUALITY_ORDER, ThroughputEstimate, choose_track
+from sidecar.transfer.adapt import (
+    QUALITY_ORDER,
+    ThroughputEstimate,
+    choose_track,
+    chunk_sizes,
+    load_seconds_estimate,
+)
 from sidecar.transfer.catalog_feed import MAX_ANNOUNCED, CatalogFeed, CatalogFeeds, PublishedPrompts
 
 log = get_logger(__name__)
+
+CATALOG_WAIT = 1.0
+"""Seconds `estimate` waits for the catalog it is made from when the lookup read none
+(announcements vouched for the prompt); without it the estimate assumes fp16."""
 
 KVSink = Callable[[range, torch.Tensor], None]
 """Receives each verified chunk: its token positions and KV `[L, 2, T, H, D]`."""
@@ -256,6 +266,23 @@ class KVSubscriber:
             return Availability(source.feed.prompt, source.tokens, ready, catalog)
         finally:
             await self._feeds.release(source.feed)
+
+    async def estimate(self, availability: Availability, layout: KVLayout, budget: float) -> float:
+        """Seconds a load of what `lookup` found would take, given `budget` seconds: each
+        chunk on the track the deadline rule would choose (the catalog's sizes, or fp16's
+        before the catalog says) at the throughput this subscriber measured over its loads,
+        which a load starts from. Decoding, verifying and writing are not counted: on a
+        fast link they dominate (`kvmoq bench e2e` reports the estimate's error)."""
+        if availability.prompt is None:
+            return 0.0
+        rate = self.throughput.bytes_per_second
+        catalog = availability.catalog or await self.catalog(availability.prompt, CATALOG_WAIT)
+        if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
+            seconds = availability.tokens * layout.fp16_bytes_per_token / rate
+        else:
+            sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
+            seconds = load_seconds_estimate(sizes, rate, budget)
+        return seconds
 
     async def catalog(self, prompt: PromptName, timeout: float) -> Catalog | None:
         """The prompt's newest catalog, or None if none arrives within `timeout` seconds;

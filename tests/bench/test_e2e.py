@@ -44,6 +44,14 @@ def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
     assert report["goal"]["met"] == (report["speedup_vs_recompute"] >= 5)
     assert report["links"] == {}
     assert report["links_skipped"] == "--limits none"
+    assert set(report["lookup_estimates"]) == {"loopback"}
+    estimate = report["lookup_estimates"]["loopback"]
+    assert estimate["load_s"] == report["load_s"]["adaptive"] and estimate["estimate_s"] > 0
+    assert estimate["error"] == pytest.approx(estimate["estimate_s"] / estimate["load_s"] - 1)
+    goal = report["estimate_goal"]
+    assert goal["met"] == (abs(estimate["error"]) <= 0.3) and goal["worst"] == abs(
+        estimate["error"]
+    )
     assert "recompute" in result.stdout and "Goal:" in result.stdout
     assert_png(plot_path)
     assert run.leftovers() == []
