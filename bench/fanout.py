@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import statistics
-import tempfile
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.fanout_loader import Loaders, LoadMismatch, load_digest, token_ids
+from bench.fanout_loader import Loaders, load_digest, token_ids
+from bench.harness import LoadMismatch, conclude, measured
 from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, synthetic_kv
 from bench.procstat import cpu_seconds
 
@@ -129,25 +127,13 @@ def _job(args: argparse.Namespace) -> Job:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.demo.children import ChildFailed, Children
-    from sidecar.moqt.aio import transport
-    from sidecar.moqt.aio.tls import write_certificate
-
     job = _job(args)
-    load_average = os.getloadavg()[0]
-    try:
-        with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-fan-") as tmp:
-            cert = write_certificate(Path(tmp))
-            report = transport.run(_measure(job, children, cert))
-    except (ChildFailed, LoadMismatch, ConnectionError, TimeoutError) as failure:
-        print(f"kvmoq bench fanout failed: {type(failure).__name__}: {failure}")
+    report = measured(
+        "fanout", lambda children, cert: _measure(job, children, cert), (LoadMismatch,)
+    )
+    if report is None:
         return 1
-    report |= {"cpus": os.cpu_count(), "load_average_at_start": load_average}
-    report["goals"] = _goals(report)
-    report["goals_met"] = all(goal["met"] for goal in report["goals"].values())
-    _show(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    conclude(report, _goals, _show, args.json)
     if args.plot:
         write_plot(report, Path(args.plot))
     return 0

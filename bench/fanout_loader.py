@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from bench.harness import LoadMismatch
 from bench.parallel_load import MODEL
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
@@ -44,10 +45,6 @@ def token_ids(tokens: int, prompt: int) -> list[int]:
     """The benchmark's prompt number ``prompt``: the same ids in the publisher and every
     loader, and other ids (another prompt id, other tracks) for every number."""
     return list(range(prompt * tokens + 1, (prompt + 1) * tokens + 1))
-
-
-class LoadMismatch(RuntimeError):
-    """A load that did not bring the reference's KV: the figures would be worthless."""
 
 
 async def load_digest(

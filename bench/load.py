@@ -23,19 +23,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
-import os
 import statistics
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.fanout import measured_relay, percentile
-from bench.fanout_loader import LOADER_START_S, Loaders, LoadMismatch, reply
+from bench.fanout_loader import LOADER_START_S, Loaders, reply
+from bench.harness import LoadMismatch, conclude, measured
 from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, synthetic_kv
 from bench.procstat import memory
 
@@ -105,25 +102,11 @@ def _job(args: argparse.Namespace) -> Job:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.demo.children import ChildFailed, Children
-    from sidecar.moqt.aio import transport
-    from sidecar.moqt.aio.tls import write_certificate
-
     job = _job(args)
-    load_average = os.getloadavg()[0]
-    try:
-        with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-load-") as tmp:
-            cert = write_certificate(Path(tmp))
-            report = transport.run(_measure(job, children, cert))
-    except (ChildFailed, LoadMismatch, ConnectionError, TimeoutError) as failure:
-        print(f"kvmoq bench load failed: {type(failure).__name__}: {failure}")
+    report = measured("load", lambda children, cert: _measure(job, children, cert), (LoadMismatch,))
+    if report is None:
         return 1
-    report |= {"cpus": os.cpu_count(), "load_average_at_start": load_average}
-    report["goals"] = _goals(report)
-    report["goals_met"] = all(goal["met"] for goal in report["goals"].values())
-    _show(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    conclude(report, _goals, _show, args.json)
     return 0
 
 

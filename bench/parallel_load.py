@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -36,12 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.harness import LoadMismatch, conclude, measured
 from bench.procstat import cpu_seconds
 
 if TYPE_CHECKING:
     import torch
 
+    from sidecar.demo.children import Children
     from sidecar.kvcache.layout import KVLayout
+    from sidecar.moqt.aio.tls import CertificatePaths
     from sidecar.transfer.subscriber import LoadResult
 
 MODEL = "SmolLM2-135M"
@@ -104,10 +105,6 @@ GOAL_CPU_SHARE = 1.25
 """...and no spread load costs more CPU seconds than this times the single load's."""
 
 
-class LoadMismatch(RuntimeError):
-    """A load that did not bring what the baseline brought: the figures would be worthless."""
-
-
 def _job(args: argparse.Namespace) -> tuple[int, tuple[str, ...], tuple[int, ...]]:
     from sidecar.kvcache.errors import UnknownCodecError
     from sidecar.kvcache.tracks import parse_codec_names
@@ -125,33 +122,20 @@ def _job(args: argparse.Namespace) -> tuple[int, tuple[str, ...], tuple[int, ...
 
 
 def run(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.services import start_relay
-    from sidecar.moqt.aio import transport
-    from sidecar.moqt.aio.tls import write_certificate
     from sidecar.transfer.parallel import WorkerFailed
 
     tokens, tracks, connections = _job(args)
-    load_average = os.getloadavg()[0]
-    try:
-        with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-par-") as tmp:
-            cert = write_certificate(Path(tmp))
-            print(f"relay on loopback; {tokens}-token prompt, tracks {', '.join(tracks)}")
-            url = start_relay(children, cert).url
-            report = transport.run(
-                _measure(url, cert.cert, tokens, tracks, connections, args.repeat)
-            )
-    except (ChildFailed, WorkerFailed, LoadMismatch, ConnectionError, TimeoutError) as failure:
-        print(f"kvmoq bench parallel failed: {type(failure).__name__}: {failure}")
+
+    async def measure(children: Children, cert: CertificatePaths) -> dict[str, Any]:
+        print(f"relay on loopback; {tokens}-token prompt, tracks {', '.join(tracks)}")
+        url = start_relay(children, cert).url
+        return await _measure(url, cert.cert, tokens, tracks, connections, args.repeat)
+
+    report = measured("parallel", measure, (WorkerFailed, LoadMismatch))
+    if report is None:
         return 1
-    report |= {"cpus": os.cpu_count(), "load_average_at_start": load_average}
-    report["goals"] = _goals(report)
-    report["goals_met"] = all(goal["met"] for goal in report["goals"].values())
-    _show(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    conclude(report, _goals, _show, args.json)
     return 0
 
 

@@ -217,7 +217,11 @@ def _ac_seeds() -> list[bytes]:
 def _grpc_seeds() -> list[bytes]:
     handle = handle_pb.TensorHandle(
         shared_memory=handle_pb.SharedMemoryHandle(
-            path="/dev/shm/kv", size=4096, dtype=handle_pb.DTYPE_FLOAT16, shape=[8, 16], stride=[16, 1]
+            path="/dev/shm/kv",
+            size=4096,
+            dtype=handle_pb.DTYPE_FLOAT16,
+            shape=[8, 16],
+            stride=[16, 1],
         )
     )
     register = pb.RegisterBuffersRequest(

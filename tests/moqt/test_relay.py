@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.quic_backend import QuicSettings, load_backend
@@ -137,6 +138,31 @@ def expected(groups: int, objects: int, size: int) -> list[tuple[int, int, bytes
     return [(g, o, payload(g, o, size)) for g in range(groups) for o in range(objects)]
 
 
+@dataclass
+class Pulled:
+    """A track a publisher sent whole through the relay to a first subscriber."""
+
+    prefill: Client
+    first: Client
+    first_id: int
+    upstream: int
+    sent: int
+
+
+async def pulled_through(sessions: Sessions, groups: int, objects: int, size: int) -> Pulled:
+    """A publisher announces, a first subscriber asks from the start, the publisher sends
+    `groups` x `objects` of `size` bytes, and the subscriber has them all (the relay, too)."""
+    prefill = await sessions.open()
+    await announce(prefill)
+    first = await sessions.open()
+    first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
+    first.send()
+    upstream = accept(prefill, await prefill.next(SubscribeRequested))
+    sent = await send_groups(prefill, upstream, groups=groups, objects=objects, size=size)
+    await first.until(lambda: len(first.objects(first_id)) == sent)
+    return Pulled(prefill, first, first_id, upstream, sent)
+
+
 def test_prints_its_url_and_leaves_on_sigterm_with_goaway(cert: CertificatePaths) -> None:
     with running_relay(cert) as relay:
 
@@ -181,14 +207,8 @@ def test_late_decoders_load_past_groups_from_the_cache(
 
     async def main() -> None:
         async with Sessions(relay, cert) as sessions:
-            prefill = await sessions.open()
-            await announce(prefill)
-            first = await sessions.open()
-            request_id = first.moqt.subscribe(TRACK, filter=FROM_START)
-            first.send()
-            upstream = accept(prefill, await prefill.next(SubscribeRequested))
-            sent = await send_groups(prefill, upstream, groups=6, objects=3, size=20_000)
-            await first.until(lambda: len(first.objects(request_id)) == sent)
+            pulled = await pulled_through(sessions, groups=6, objects=3, size=20_000)
+            prefill, first, sent = pulled.prefill, pulled.first, pulled.sent
 
             second = await sessions.open()
             second_id = await subscribe(second)
@@ -224,17 +244,11 @@ def test_subscribers_waiting_on_a_publisher_that_leaves_get_the_cache(
 
     async def main() -> None:
         async with Sessions(relay, cert) as sessions:
-            prefill = await sessions.open()
-            await announce(prefill)
-            first = await sessions.open()
-            first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
-            first.send()
-            upstream = accept(prefill, await prefill.next(SubscribeRequested))
-            sent = await send_groups(prefill, upstream, groups=3, objects=2, size=5_000)
-            await first.until(lambda: len(first.objects(first_id)) == sent)
-            prefill.moqt.publish_done(upstream, PublishDoneStatus.TRACK_ENDED)
+            pulled = await pulled_through(sessions, groups=3, objects=2, size=5_000)
+            prefill, sent = pulled.prefill, pulled.sent
+            prefill.moqt.publish_done(pulled.upstream, PublishDoneStatus.TRACK_ENDED)
             prefill.send()
-            await first.next(SubscriptionEnded)
+            await pulled.first.next(SubscriptionEnded)
 
             second = await sessions.open()
             second_id = second.moqt.subscribe(TRACK, filter=FROM_START)
@@ -539,15 +553,9 @@ def test_a_gone_publishers_tracks_are_served_until_their_retention_ends(
 
         async def main() -> None:
             async with Sessions(relay, cert) as sessions:
-                prefill = await sessions.open()
-                await announce(prefill)
-                first = await sessions.open()
-                first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
-                first.send()
-                upstream = accept(prefill, await prefill.next(SubscribeRequested))
-                sent = await send_groups(prefill, upstream, groups=2, objects=2, size=1_000)
-                await first.until(lambda: len(first.objects(first_id)) == sent)
-                await sessions.close(prefill)
+                pulled = await pulled_through(sessions, groups=2, objects=2, size=1_000)
+                await sessions.close(pulled.prefill)
+                sent = pulled.sent
                 loop = asyncio.get_running_loop()
                 left = loop.time()
 
@@ -587,15 +595,7 @@ def test_a_small_cache_keeps_the_newest_whole_groups(cert: CertificatePaths) -> 
 
         async def main() -> None:
             async with Sessions(relay, cert) as sessions:
-                prefill = await sessions.open()
-                await announce(prefill)
-                first = await sessions.open()
-                first_id = first.moqt.subscribe(TRACK, filter=FROM_START)
-                first.send()
-                upstream = accept(prefill, await prefill.next(SubscribeRequested))
-                sent = await send_groups(prefill, upstream, groups=8, objects=4, size=10_000)
-                await first.until(lambda: len(first.objects(first_id)) == sent)
-                await sessions.close(prefill)
+                await sessions.close((await pulled_through(sessions, 8, 4, 10_000)).prefill)
 
                 late = await sessions.open()
                 status_id = late.moqt.track_status(TRACK)

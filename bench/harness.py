@@ -1,0 +1,59 @@
+"""What every multi-process benchmark does around its measurement: child processes that go
+away on every exit path, a dev certificate, the machine's cores and load in the report, its
+goals checked in code, then the table and the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sidecar.demo.children import Children
+    from sidecar.moqt.aio.tls import CertificatePaths
+
+Report = dict[str, Any]
+
+
+class LoadMismatch(RuntimeError):
+    """A load that did not bring the reference's KV: the figures would be worthless."""
+
+
+def measured(
+    name: str,
+    measure: Callable[[Children, CertificatePaths], Awaitable[Report]],
+    failures: tuple[type[BaseException], ...] = (),
+) -> Report | None:
+    """Run `measure` with a `Children` scope and a certificate; its report with the cores and
+    the load average at the start, or None (the reason printed) when a child exited, a
+    connection failed or timed out, or one of `failures` (a load that brought the wrong
+    bytes) was raised: such figures would be worthless."""
+    from sidecar.demo.children import ChildFailed, Children
+    from sidecar.moqt.aio import transport
+    from sidecar.moqt.aio.tls import write_certificate
+
+    load_average = os.getloadavg()[0]
+    try:
+        with Children() as children, tempfile.TemporaryDirectory(prefix=f"kvmoq-{name}-") as tmp:
+            report = transport.run(measure(children, write_certificate(Path(tmp))))
+    except (ChildFailed, ConnectionError, TimeoutError, *failures) as failure:
+        print(f"kvmoq bench {name} failed: {type(failure).__name__}: {failure}")
+        return None
+    return report | {"cpus": os.cpu_count(), "load_average_at_start": load_average}
+
+
+def conclude(
+    report: Report,
+    goals: Callable[[Report], dict[str, dict[str, Any]]],
+    show: Callable[[Report], None],
+    json_path: str | None,
+) -> None:
+    """Check the goals (each with its `met`) into the report, print it, write the JSON."""
+    report["goals"] = goals(report)
+    report["goals_met"] = all(goal["met"] for goal in report["goals"].values())
+    show(report)
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
