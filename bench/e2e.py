@@ -298,8 +298,14 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         )
         return run, link_bytes
 
-    async def estimate(subscriber: KVSubscriber, seconds: float) -> float:
-        """What Lookup would say a load within `seconds` takes (`KVSubscriber.estimate`)."""
+    async def warm_estimate(subscriber: KVSubscriber, seconds: float) -> float:
+        """What Lookup would say an adaptive load within `seconds` takes
+        (`KVSubscriber.estimate`), once the subscriber has made one such load untimed: a
+        sidecar knows its link and its tracks' rates from the loads it has made."""
+        await load(
+            subscriber, MODEL_NAME, prompt, layout, deadline=seconds, quality_order=None,
+            progress=lambda _: None,
+        )  # fmt: skip
         found = await subscriber.lookup(MODEL_NAME, prompt)
         return await subscriber.estimate(found, layout, seconds)
 
@@ -322,7 +328,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
             ("adaptive", None, deadline),
         ]:
             console.log(f"timed load through the relay on loopback: {label}")
-            guess = await estimate(subscriber, seconds) if order is None else None
+            guess = await warm_estimate(subscriber, seconds) if order is None else None
             runs.append(await measure(subscriber, label, order, seconds, job.repeat))
             if guess is not None:
                 estimates["loopback"] = _estimate_row(guess, runs[-1][0].load_s)
@@ -341,12 +347,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                     f"{measured / 1e6:.1f} Mbit/s; adaptive load, deadline {deadline:.2f} s"
                 )
                 async with _subscriber(url, ca) as subscriber:
-                    # A sidecar knows its link from the loads it has made: one first.
-                    await load(
-                        subscriber, MODEL_NAME, prompt, layout, deadline=deadline,
-                        quality_order=None, progress=lambda _: None,
-                    )  # fmt: skip
-                    guess = await estimate(subscriber, deadline)
+                    guess = await warm_estimate(subscriber, deadline)
                     link_run, link_bytes = await measure(subscriber, "adaptive", None, deadline)
                 estimates[label] = _estimate_row(guess, link_run.load_s)
             finally:

@@ -161,19 +161,26 @@ def load_seconds_estimate(
     bytes_per_second: float,
     budget: float,
     quality_order: Sequence[str] = QUALITY_ORDER,
+    track_rates: Mapping[str, float] | None = None,
 ) -> float:
-    """Seconds to fetch these chunks at `bytes_per_second`, each on the track the deadline
-    rule (`transfer.adapt.choose_track`) picks for a load given `budget` seconds.
+    """Seconds to fetch these chunks, each on the track the deadline rule
+    (`transfer.adapt.choose_track`) picks at `bytes_per_second` for a load given `budget`
+    seconds, and taking as long as that track's own measured rate says (`track_rates`, bytes
+    per second by track) where there is one, else `bytes_per_second`: decoding a track
+    slows the transfers beside it, so `ac` moves a tenth of fp16's bytes per second on
+    loopback, and a rate measured on one track misjudges another.
 
     Where the rule would stop because not even the smallest track fits, the remaining chunks
     count at their smallest track: the estimate then exceeds the budget, which tells a model
     server that a load in that time would leave the rest to compute.
     """
+    rates = track_rates or {}
     elapsed = 0.0
     for index, sizes in enumerate(chunk_bytes):
         track = choose_track(
             sizes, bytes_per_second, budget - elapsed, len(chunk_bytes) - index, quality_order
         )
-        offered = [sizes[name] for name in quality_order if name in sizes]
-        elapsed += (sizes[track] if track is not None else min(offered)) / bytes_per_second
+        if track is None:
+            track = min((name for name in quality_order if name in sizes), key=sizes.__getitem__)
+        elapsed += sizes[track] / rates.get(track, bytes_per_second)
     return elapsed

@@ -222,6 +222,9 @@ class KVSubscriber:
         from: a load that started from the 1 Gbit/s prior on a slow link would take its
         first chunks on the biggest track and miss a tight deadline. Concurrent loads
         share it, as they share the link."""
+        self.track_throughput: dict[str, ThroughputEstimate] = {}
+        """The same per track: what `estimate` times each chunk with (a track's decoding
+        slows the transfers beside it)."""
         self._feeds = CatalogFeeds(session, trust)
         self.announced = PublishedPrompts(
             session, self._feeds, self.index, max_prompts=max_announced
@@ -267,12 +270,18 @@ class KVSubscriber:
         finally:
             await self._feeds.release(source.feed)
 
+    def observe(self, track: str, nbytes: int, seconds: float) -> None:
+        """A chunk of `track` took `seconds` from its FETCH to its last byte."""
+        self.throughput = self.throughput.observe(nbytes, seconds)
+        rate = self.track_throughput.get(track, ThroughputEstimate())
+        self.track_throughput[track] = rate.observe(nbytes, seconds)
+
     async def estimate(self, availability: Availability, layout: KVLayout, budget: float) -> float:
         """Seconds a load of what `lookup` found would take, given `budget` seconds: each
         chunk on the track the deadline rule would choose (the catalog's sizes, or fp16's
         before the catalog says) at the throughput this subscriber measured over its loads,
-        which a load starts from. Decoding, verifying and writing are not counted: on a
-        fast link they dominate (`kvmoq bench e2e` reports the estimate's error)."""
+        which a load starts from, timed at that track's own measured rate where there is
+        one (`kvmoq bench e2e` reports the estimate's error)."""
         if availability.prompt is None:
             return 0.0
         rate = self.throughput.bytes_per_second
@@ -281,7 +290,8 @@ class KVSubscriber:
             seconds = availability.tokens * layout.fp16_bytes_per_token / rate
         else:
             sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
-            seconds = load_seconds_estimate(sizes, rate, budget)
+            rates = {name: t.bytes_per_second for name, t in self.track_throughput.items()}
+            seconds = load_seconds_estimate(sizes, rate, budget, track_rates=rates)
         return seconds
 
     async def catalog(self, prompt: PromptName, timeout: float) -> Catalog | None:
@@ -495,9 +505,7 @@ class _Load:
             return StopReason.RELAY_GONE
         seconds = self.clock() - transfer.started
         size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
-        self.subscriber.throughput = self.subscriber.throughput.observe(
-            max(size, 1), max(seconds, 1e-6)
-        )
+        self.subscriber.observe(transfer.track, max(size, 1), max(seconds, 1e-6))
         ready, after = self.source.feed.catalog, transfer.index + 1
         prefetched = None
         if after < self.chunks.stop and ready and ready.ready_chunks > after:

@@ -74,3 +74,23 @@ def test_chunks_not_described_yet_count_at_the_bytes_per_token_of_those_that_are
         assert sizes[2][track] == round(per_token * 16)
         assert sizes[3][track] == round(per_token * 8)  # the last chunk is half as long
     assert chunk_sizes(partial, 1) == [partial.chunk_bytes(0)]
+
+
+def test_each_chunk_takes_as_long_as_its_tracks_own_rate_says(catalog: Catalog) -> None:
+    """The rule chooses at the overall rate; the time counts at the chosen track's rate
+    where one was measured (ac and int4 decode slower than fp16 moves)."""
+    sizes = chunk_sizes(catalog, 4)
+    fp16 = sum(s["fp16"] for s in sizes)
+    int4 = sum(s["int4"] for s in sizes)
+    rates = {"fp16": 2e6, "int4": 0.25e6}  # int8 unmeasured: the overall rate
+    assert load_seconds_estimate(sizes, 1e6, 10.0, track_rates=rates) == pytest.approx(fp16 / 2e6)
+    only_int4 = load_seconds_estimate(sizes, 1e6, 10.0, ("int4",), track_rates=rates)
+    assert only_int4 == pytest.approx(int4 / 0.25e6)
+    # Nothing fits: the smallest track, at its own rate.
+    assert load_seconds_estimate(sizes, 1e6, 1e-9, track_rates=rates) == pytest.approx(
+        int4 / 0.25e6
+    )
+    int8 = sum(s["int8"] for s in sizes)
+    assert load_seconds_estimate(sizes, 1e6, 10.0, ("int8",), track_rates=rates) == pytest.approx(
+        int8 / 1e6
+    )
