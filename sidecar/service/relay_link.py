@@ -75,6 +75,8 @@ class RelayLink:
         self._throughput: ThroughputEstimate | None = None
         """The last session's measured throughput, which the next one starts from: the
         path to the relay outlives a reconnect more often than not."""
+        self._track_throughput: dict[str, ThroughputEstimate] = {}
+        """The same per track (what Lookup's estimate times chunks with)."""
         self.session: api.Session | None = None
         self.subscriber: KVSubscriber | None = None
         self._up = asyncio.Event()
@@ -106,6 +108,7 @@ class RelayLink:
             finally:
                 if self.subscriber is not None:
                     self._throughput = self.subscriber.throughput
+                    self._track_throughput = self.subscriber.track_throughput
                 if self.session is not None:
                     self.session = self.subscriber = None
                     self._up.clear()
@@ -124,6 +127,7 @@ class RelayLink:
             chunk_size=self.chunk_size,
             index=self.index,
             throughput=self._throughput,
+            track_throughput=self._track_throughput,
             trust=self.trust,
         )
         self._up.set()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -205,13 +205,15 @@ class KVSubscriber:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         index: PrefixIndex | None = None,
         throughput: ThroughputEstimate | None = None,
+        track_throughput: Mapping[str, ThroughputEstimate] | None = None,
         max_announced: int = MAX_ANNOUNCED,
         trust: CatalogTrust = TRUST_THE_RELAY,
     ) -> None:
         """`chunk_size` is the one configured for the models looked up (the query's links
         are probed with it); `index` may be shared by several subscribers of one process;
-        `throughput` seeds the estimate, e.g. with the one of an earlier session to the
-        same relay, so that a new session does not start again from the prior;
+        `throughput` and `track_throughput` seed the estimates, e.g. with those of an
+        earlier session to the same relay, so that a new session does not start again from
+        the prior;
         `max_announced` bounds the announced prompts tracked (`PublishedPrompts`); `trust`
         holds the keys catalogs must be signed with (none: any catalog is taken)."""
         self.session = session
@@ -222,7 +224,7 @@ class KVSubscriber:
         from: a load that started from the 1 Gbit/s prior on a slow link would take its
         first chunks on the biggest track and miss a tight deadline. Concurrent loads
         share it, as they share the link."""
-        self.track_throughput: dict[str, ThroughputEstimate] = {}
+        self.track_throughput: dict[str, ThroughputEstimate] = dict(track_throughput or {})
         """The same per track: what `estimate` times each chunk with (a track's decoding
         slows the transfers beside it)."""
         self._feeds = CatalogFeeds(session, trust)

@@ -47,11 +47,13 @@ def test_the_next_session_starts_from_the_throughput_the_last_one_measured(
                 first = link.subscriber
                 assert first is not None and first.throughput == ThroughputEstimate()
                 first.throughput = measured  # as its loads would have left it
+                first.track_throughput["int8"] = measured
             await until(lambda: link.subscriber is None)
             with running_relay(cert, port=port):
                 await until(lambda: link.subscriber is not None)
                 assert link.subscriber is not first
                 assert link.subscriber.throughput == measured
+                assert link.subscriber.track_throughput == {"int8": measured}
         finally:
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
