@@ -47,6 +47,16 @@ def token_ids(tokens: int, prompt: int) -> list[int]:
     return list(range(prompt * tokens + 1, (prompt + 1) * tokens + 1))
 
 
+def chunk_digest(kv: torch.Tensor) -> bytes:
+    """One chunk's KV as written, digested: the loads' digests are made of these."""
+    return hashlib.blake2b(kv.contiguous().view(torch.uint8).numpy()).digest()
+
+
+def prompt_digest(chunks: list[bytes]) -> str:
+    """A load's digest: its chunks' digests in token order."""
+    return hashlib.blake2b(b"".join(chunks)).hexdigest()
+
+
 async def load_digest(
     subscriber: KVSubscriber, model: str, tokens: int, prompt: int, track: str
 ) -> dict[str, Any]:
@@ -54,14 +64,14 @@ async def load_digest(
     chunks: dict[int, bytes] = {}
 
     def sink(span: range, kv: torch.Tensor) -> None:
-        chunks[span.start] = hashlib.blake2b(kv.contiguous().view(torch.uint8).numpy()).digest()
+        chunks[span.start] = chunk_digest(kv)
 
     started = time.perf_counter()
     result = await subscriber.load(
         model, token_ids(tokens, prompt), sink, LOAD_DEADLINE_S, quality_order=(track,)
     )
     seconds = time.perf_counter() - started
-    digest = hashlib.blake2b(b"".join(chunks[start] for start in sorted(chunks))).hexdigest()
+    digest = prompt_digest([chunks[start] for start in sorted(chunks)])
     return {
         "prompt": prompt,
         "seconds": seconds,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import statistics
 import sys
 from collections.abc import AsyncIterator
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench.fanout import measured_relay, percentile
-from bench.fanout_loader import LOADER_START_S, Loaders, reply
+from bench.fanout_loader import LOADER_START_S, Loaders, chunk_digest, prompt_digest, reply
 from bench.harness import LoadMismatch, conclude, measured
 from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, synthetic_kv
 from bench.procstat import memory
@@ -113,8 +112,6 @@ def run(args: argparse.Namespace) -> int:
 def reference_digest(job: Job) -> str:
     """What every load of a prompt must write: the synthetic KV through a local encode and
     decode on the track, chunk by chunk, digested as bench.fanout_loader digests loads."""
-    import torch
-
     from sidecar.kvcache.codecs import get_codec
     from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, chunk_ranges
 
@@ -127,8 +124,8 @@ def reference_digest(job: Job) -> str:
     for span in chunk_ranges(job.tokens, DEFAULT_CHUNK_SIZE):
         part = kv[:, :, span.start : span.stop]
         decoded = codec.decode(codec.encode(part, layout, tables), layout, tables)
-        digests.append(hashlib.blake2b(decoded.contiguous().view(torch.uint8).numpy()).digest())
-    return hashlib.blake2b(b"".join(digests)).hexdigest()
+        digests.append(chunk_digest(decoded))
+    return prompt_digest(digests)
 
 
 async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict[str, Any]:

@@ -463,8 +463,7 @@ class KVService:
                 await asyncio.sleep(RESUME_POLL_S)
                 continue
             results.append(result)
-            session_over = subscriber.session.connection.closed.done()
-            if result.stopped is not StopReason.RELAY_GONE or not session_over:
+            if result.stopped is not StopReason.RELAY_GONE or not subscriber.session.closed:
                 return
             loaded = [chunk.tokens for r in results for chunk in r.loaded]
             first_chunk = leading_tokens(contiguous_spans(loaded)) // subscriber.chunk_size

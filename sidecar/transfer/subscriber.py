@@ -289,12 +289,10 @@ class KVSubscriber:
         rate = self.throughput.bytes_per_second
         catalog = availability.catalog or await self.catalog(availability.prompt, CATALOG_WAIT)
         if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
-            seconds = availability.tokens * layout.fp16_bytes_per_token / rate
-        else:
-            sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
-            rates = {name: t.bytes_per_second for name, t in self.track_throughput.items()}
-            seconds = load_seconds_estimate(sizes, rate, budget, track_rates=rates)
-        return seconds
+            return availability.tokens * layout.fp16_bytes_per_token / rate
+        sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
+        rates = {name: t.bytes_per_second for name, t in self.track_throughput.items()}
+        return load_seconds_estimate(sizes, rate, budget, track_rates=rates)
 
     async def catalog(self, prompt: PromptName, timeout: float) -> Catalog | None:
         """The prompt's newest catalog, or None if none arrives within `timeout` seconds;
@@ -543,7 +541,7 @@ class _Load:
         if catalog is None or catalog.ready_chunks <= index:
             if feed.error:
                 return StopReason.CATALOG_INVALID
-            if self.session.connection.closed.done():  # the feed ended with the session
+            if self.session.closed:  # the feed ended with the session
                 return StopReason.RELAY_GONE
             return StopReason.PUBLISHER_GONE
         if index == self.chunks.start:

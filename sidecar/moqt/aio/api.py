@@ -461,6 +461,11 @@ class Session:
         """The peer's requests that wait for `Publisher.resolve`, by request id."""
 
     @property
+    def closed(self) -> bool:
+        """The session is over (either side closed it, or the peer went silent)."""
+        return self.connection.closed.done()
+
+    @property
     def resolving(self) -> int:
         """The peer's requests that wait for `Publisher.resolve` to make their track."""
         return len(self._resolving)
