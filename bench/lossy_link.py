@@ -8,8 +8,8 @@ a datagram never overtakes an earlier one in its direction, as through the FIFO 
 real path (per-datagram jitter that reorders makes QUIC take reordering for loss, and
 measures that instead). With a `rate`, each direction is also a link of that rate: a
 datagram leaves once the ones before it have, and is dropped when it would wait longer than
-`QUEUE_S` (a switch buffer; `tc tbf` in bench/netns.py needs a network namespace and root,
-this needs neither). Each client address gets its own socket to the target, so the target
+`QUEUE_S` (the queue bench/netns.py gives `tc tbf`, a switch buffer; tbf needs a network
+namespace and root, this needs neither). Each client address gets its own socket to the target, so the target
 sees one peer per client. A seeded random generator
 makes a run repeatable for the same order of arrivals.
 
@@ -30,12 +30,10 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from bench.netns import LinkLimit
+from bench.netns import QUEUE_S, LinkLimit
 
 MAX_CLIENTS = 64
 """Client addresses served at once; a test or bench has a handful."""
-QUEUE_S = 0.05
-"""Longest a datagram waits for the rate-limited link before it is dropped instead."""
 MAX_PENDING = 64
 """Datagrams of a new client held while its socket to the target opens (microseconds)."""
 
