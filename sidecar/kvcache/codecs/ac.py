@@ -95,11 +95,11 @@ class ACCodec(Codec):
             raise TablesError(f"ac tables must be bytes, got {type(tables).__name__}")
         return _plan(layout, tables)
 
-    def encode(
-        self, kv: torch.Tensor, layout: KVLayout, tables: bytes | None = None
+    def _encode_batch(
+        self, kv: torch.Tensor, layout: KVLayout, tables: bytes | None
     ) -> list[bytes]:
         plan = self.plan(layout, tables)
-        num_tokens = layout.check(kv)
+        num_tokens = kv.shape[2]
         symbols, maxima = quantize(token_major(kv, layout), plan.tables.bins.to(kv.device))
         ordered = symbols.view(num_tokens, -1)[:, plan.order.to(kv.device)].cpu().numpy()
         heads = torch.cat(

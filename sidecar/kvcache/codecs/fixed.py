@@ -125,11 +125,11 @@ class FixedWidthCodec(Codec):
     def payload_size(self, layout: KVLayout) -> int:
         return 1 + self.scale_bytes(layout) + layout.elements_per_token * self.element.bits // 8
 
-    def encode(
-        self, kv: torch.Tensor, layout: KVLayout, tables: bytes | None = None
+    def _encode_batch(
+        self, kv: torch.Tensor, layout: KVLayout, tables: bytes | None
     ) -> list[bytes]:
         check_tables_absent(self.name, tables)
-        num_tokens = layout.check(kv)
+        num_tokens = kv.shape[2]
         values = token_major(kv, layout).float()
         parts = [torch.full((num_tokens, 1), PAYLOAD_VERSION, dtype=torch.uint8, device=kv.device)]
         if self.element.qmax is not None:
