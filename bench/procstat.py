@@ -22,16 +22,20 @@ class Memory:
     """Resident bytes now."""
     peak: int
     """The most resident bytes so far (VmHWM)."""
+    shared: int
+    """Resident bytes of shared memory mapped now (RssShmem): a model server's KV buffers
+    that a sidecar maps count in both processes' resident memory."""
 
 
 def memory(pid: int | None) -> Memory:
     """Resident and peak resident memory of process ``pid`` (None: this one)."""
     status = Path(f"/proc/{pid or 'self'}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    kib = {name: int(fields[name].split()[0]) * 1024 for name in ("VmRSS", "VmHWM")}
-    return Memory(kib["VmRSS"], kib["VmHWM"])
+    kib = {name: int(fields[name].split()[0]) * 1024 for name in ("VmRSS", "VmHWM", "RssShmem")}
+    return Memory(kib["VmRSS"], kib["VmHWM"], kib["RssShmem"])
 
 
-def reset_peak() -> None:
-    """Start this process's peak resident memory (VmHWM) again from what it holds now."""
-    Path("/proc/self/clear_refs").write_text("5")
+def reset_peak(pid: int | None) -> None:
+    """Start the peak resident memory (VmHWM) of process ``pid`` (None: this one) again from
+    what it holds now."""
+    Path(f"/proc/{pid or 'self'}/clear_refs").write_text("5")

@@ -71,8 +71,11 @@ class SidecarNode:
         return values
 
 
-def start_sidecar(children: Children, name: str, url: str, ca: Path, scratch: Path) -> SidecarNode:
-    """A sidecar connected to the relay at `url`, its API on a socket in `scratch`."""
+def start_sidecar(
+    children: Children, name: str, url: str, ca: Path, scratch: Path, *flags: str
+) -> SidecarNode:
+    """A sidecar connected to the relay at `url`, its API on a socket in `scratch` (16 KiB
+    packets unless ``flags`` say otherwise)."""
     child = children.start(
         name,
         python_module(
@@ -90,6 +93,7 @@ def start_sidecar(children: Children, name: str, url: str, ca: Path, scratch: Pa
             f"{HOST}:0",
             "--max-datagram-size",
             str(LOOPBACK_DATAGRAM_SIZE),
+            *flags,
         ),
         ready_prefix='{"event": "serving"',
         timeout=SIDECAR_TIMEOUT_S,
