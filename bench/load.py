@@ -45,6 +45,7 @@ GOAL_PUBLISHER_KV_MULTIPLE = 2.0
 RELAY_MARGIN_BYTES = 256 << 20
 """What the relay may hold beyond its cache: the interpreter, sessions, queues."""
 DEFAULT_CACHE_BYTES = 1 << 30
+MODEL_SERVER_STOP_S = 10.0
 PUBLISH_TIMEOUT_S = 300.0
 """From a model server's start to its prompts published: imports, then encoding on a busy
 machine."""
@@ -244,9 +245,14 @@ async def _publisher(
         ready = await asyncio.wait_for(reply(process, "ready"), PUBLISH_TIMEOUT_S)
         yield Publisher(pid, baseline, ready["kv_bytes"])
     finally:
-        if process.returncode is None:
+        # Its stdin closed, it unregisters and removes its shared-memory file.
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), MODEL_SERVER_STOP_S)
+        except TimeoutError:
             process.kill()
-        await process.wait()
+            await process.wait()
 
 
 def _held(publisher: dict[str, Any]) -> int:
