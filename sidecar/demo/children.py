@@ -72,12 +72,15 @@ class Children:
         ready_prefix: str,
         timeout: float,
         env: dict[str, str] | None = None,
+        stdin: bool = False,
     ) -> Child:
-        """Run `argv`; return once it prints a line starting with `ready_prefix`."""
+        """Run `argv`; return once it prints a line starting with `ready_prefix`. With
+        `stdin`, its standard input is a pipe to write requests into (else this one's)."""
         # Lives as long as the child (closed in stop_all), so no `with` block here.
         log = tempfile.TemporaryFile("w+")  # noqa: SIM115
         process = subprocess.Popen(
             list(argv),
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,

@@ -92,3 +92,45 @@ def load_tokenizer() -> PreTrainedTokenizerBase:
 
     transformers.logging.set_verbosity_error()
     return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def write_hf_directory(destination: Path, dtype: str = "float16") -> Path:
+    """SmolLM2-135M as a Hugging Face model directory (config, safetensors, tokenizer), for
+    engines that cannot read GGUF (vLLM). Written once; an existing complete directory is
+    left as it is.
+
+    The GGUF-loaded model carries its quantization config, which would make readers look
+    for GGUF tensors again: the weights go into a plain `LlamaForCausalLM` of the same
+    config without it, cast to `dtype`.
+    """
+    marker = destination / "model.safetensors"
+    if marker.is_file():
+        return destination
+    import torch
+    import transformers
+
+    source = load_model()
+    settings = {k: v for k, v in source.config.to_dict().items() if k != "quantization_config"}
+    plain = transformers.LlamaForCausalLM(transformers.LlamaConfig.from_dict(settings))
+    plain.load_state_dict(source.state_dict())
+    partial = destination.with_name(destination.name + ".partial")
+    plain.to(getattr(torch, dtype)).save_pretrained(partial)
+    load_tokenizer().save_pretrained(partial)
+    partial.rename(destination)
+    return destination
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Write SmolLM2-135M as a Hugging Face model directory (for vLLM)."
+    )
+    parser.add_argument("destination", type=Path, help="the directory to create")
+    parser.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    args = parser.parse_args()
+    print(write_hf_directory(args.destination, args.dtype))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The connector's scheduler side: how many leading tokens the sidecar can supply, which
+blocks to load them into, and which prompts to publish once their prefill is done.
+
+It asks the sidecar over gRPC (Lookup) and otherwise only keeps books: the worker side does
+the copying. Any failure of the sidecar is a miss, never an error of the request.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvmoq_client.errors import SidecarError
+from kvmoq_client.vllm.jobs import LoadJob, SaveJob, StepJobs
+from kvmoq_client.vllm.registration import Registration
+
+if TYPE_CHECKING:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.request import Request
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Prefill:
+    """A request whose prompt is being computed here, to publish once it is complete."""
+
+    token_ids: list[int]
+    block_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Hit:
+    local_tokens: int
+    """Tokens vLLM's own prefix cache had."""
+    tokens: int
+    """Leading tokens this request will have after the load (whole blocks)."""
+
+
+class SchedulerSide:
+    def __init__(
+        self,
+        registration: Registration,
+        block_size: int,
+        *,
+        loads: bool,
+        saves: bool,
+        lookup_timeout: float,
+    ) -> None:
+        self._registration = registration
+        self._block_size = block_size
+        self._loads = loads
+        self._saves = saves
+        self._lookup_timeout = lookup_timeout
+        self._hits: dict[str, _Hit] = {}
+        self._pending: list[LoadJob] = []
+        self._prefilling: dict[str, _Prefill] = {}
+        self._loaded: set[str] = set()
+        """Requests that load from the sidecar: not published again from here."""
+
+    def matched_tokens(self, request: Request, local_tokens: int) -> tuple[int, bool]:
+        """vLLM's `get_num_new_matched_tokens`: tokens to load beyond `local_tokens`, and
+        whether the load is asynchronous (always: the scheduler serves others meanwhile)."""
+        if not self._loads:
+            return 0, False
+        token_ids = list(request.prompt_token_ids or ())
+        try:
+            found = self._registration.call(
+                lambda set_id: self._registration.client.lookup(set_id, token_ids)
+            )
+        except SidecarError as exc:
+            log.warning("kvmoq lookup failed, computing the prompt: %s", exc)
+            return 0, False
+        # The last prompt token is always computed here: its logits give the first token.
+        usable = min(found.ready_tokens, len(token_ids) - 1)
+        usable -= usable % self._block_size
+        if usable <= local_tokens:
+            return 0, False
+        self._hits[request.request_id] = _Hit(local_tokens, usable)
+        return usable - local_tokens, True
+
+    def allocated(self, request: Request, blocks: KVCacheBlocks, external_tokens: int) -> None:
+        """vLLM's `update_state_after_alloc`: the blocks of a hit are known, queue its load."""
+        hit = self._hits.pop(request.request_id, None)
+        if hit is None or external_tokens == 0:
+            return
+        self._loaded.add(request.request_id)
+        block_ids = list(blocks.get_block_ids()[0])
+        count = hit.tokens // self._block_size
+        self._pending.append(
+            LoadJob(
+                request.request_id,
+                list(request.prompt_token_ids or ())[: hit.tokens],
+                block_ids[:count],
+                hit.local_tokens // self._block_size,
+            )
+        )
+
+    def step_jobs(self, output: SchedulerOutput) -> StepJobs:
+        """vLLM's `build_connector_meta`: the loads queued since the last step, and the
+        prompts whose prefill this step completes."""
+        jobs = StepJobs(loads=self._pending)
+        self._pending = []
+        if self._saves:
+            jobs.saves = self._completed_prefills(output)
+        return jobs
+
+    def _completed_prefills(self, output: SchedulerOutput) -> list[SaveJob]:
+        done: list[SaveJob] = []
+        scheduled = output.num_scheduled_tokens
+        for new in output.scheduled_new_reqs:
+            if new.req_id in self._loaded:
+                continue  # its prompt is published elsewhere already
+            self._prefilling[new.req_id] = _Prefill(
+                list(new.prompt_token_ids or ()), list(new.block_ids[0])
+            )
+            self._advance(new.req_id, new.num_computed_tokens + scheduled[new.req_id], done)
+        cached = output.scheduled_cached_reqs
+        for index, request_id in enumerate(cached.req_ids):
+            prefill = self._prefilling.get(request_id)
+            if prefill is None:
+                continue
+            new_blocks = cached.new_block_ids[index]
+            if request_id in cached.resumed_req_ids:
+                prefill.block_ids = list(new_blocks[0]) if new_blocks else []
+            elif new_blocks:
+                prefill.block_ids += new_blocks[0]
+            computed = cached.num_computed_tokens[index] + scheduled.get(request_id, 0)
+            self._advance(request_id, computed, done)
+        return done
+
+    def _advance(self, request_id: str, computed: int, done: list[SaveJob]) -> None:
+        prefill = self._prefilling[request_id]
+        if computed < len(prefill.token_ids) or not prefill.token_ids:
+            return
+        del self._prefilling[request_id]
+        blocks = -(-len(prefill.token_ids) // self._block_size)
+        done.append(SaveJob(request_id, prefill.token_ids, prefill.block_ids[:blocks]))
+
+    def finished(self, request: Request) -> None:
+        """vLLM's `request_finished`: forget a request that ends before its prefill does."""
+        self._prefilling.pop(request.request_id, None)
+        self._hits.pop(request.request_id, None)
+        self._loaded.discard(request.request_id)

@@ -1,0 +1,56 @@
+"""The connector's settings: `kv_connector_extra_config` of vLLM's `--kv-transfer-config`.
+
+These key names are the contract with operators (the README lists them); every other key
+is refused, so a typo is an error at start-up rather than a default silently used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvmoq_client.client import DEFAULT_TARGET
+
+DEFAULT_LOAD_DEADLINE_S = 5.0
+DEFAULT_STAGING_TOKENS = 8192
+DEFAULT_LOOKUP_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    sidecar: str = DEFAULT_TARGET
+    """The sidecar's gRPC target (`unix:///run/kvmoq/sidecar.sock` in a pod)."""
+    model: str = ""
+    """The model's name in prompt namespaces; empty: vLLM's served model name. Producers and
+    consumers of one model must agree on it."""
+    tracks: tuple[str, ...] = ()
+    """Compressions published (and the ones loads may use, best first); empty: the
+    sidecar's own setting."""
+    default_track: str = ""
+    """The track encoded eagerly when publishing; empty: the sidecar's."""
+    load_deadline: float = DEFAULT_LOAD_DEADLINE_S
+    """Seconds a load may take; chunks that cannot land in time are recomputed by vLLM."""
+    lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT_S
+    """Seconds the scheduler waits for Lookup before it counts the request as a miss."""
+    staging_tokens: int = DEFAULT_STAGING_TOKENS
+    """Tokens of shared memory between vLLM's cache and the sidecar (CPU: vLLM's cache is in
+    its private memory); loads and publishes that do not fit wait or are skipped."""
+
+    @classmethod
+    def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ConnectorSettings:
+        extra = dict(extra or {})
+        unknown = sorted(set(extra) - set(cls.__dataclass_fields__))
+        if unknown:
+            known = ", ".join(sorted(cls.__dataclass_fields__))
+            raise ValueError(f"kvmoq connector: unknown keys {unknown} (known: {known})")
+        tracks = extra.pop("tracks", ())
+        if isinstance(tracks, str):
+            tracks = [name.strip() for name in tracks.split(",") if name.strip()]
+        settings = cls(**extra, tracks=tuple(tracks))
+        for name in ("load_deadline", "lookup_timeout"):
+            if not float(getattr(settings, name)) > 0:
+                raise ValueError(f"kvmoq connector: {name} must be > 0 seconds")
+        if int(settings.staging_tokens) < 1:
+            raise ValueError("kvmoq connector: staging_tokens must be >= 1")
+        return settings
