@@ -8,6 +8,7 @@ process then reads.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,20 @@ from kvmoq_client import (
     token_slots,
 )
 from kvmoq_client.buffers import KVBuffers, allocate_shared_kv
+from kvmoq_client.client import RECONNECT_WITHIN_S
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
+from sidecar.demo.children import Children
+from sidecar.demo.nodes import start_sidecar
+from sidecar.moqt.aio.tls import CertificatePaths
+from tests.moqt.test_relay_harness import RelayProcess
 from tests.service.sidecar_proc import SidecarProcess
 
 from .conftest import CHUNK
+
+DOWN_S = 20.0
+"""Down this long, gRPC's default backoff made a client find the restarted sidecar only
+4.9 s later (0.4 s with `CHANNEL_OPTIONS`)."""
 
 MODEL = "SmolLM2-135M"
 LAYERS, HEADS, HEAD_DIM = 3, 2, 8
@@ -115,6 +125,29 @@ def test_no_sidecar_is_unavailable_unless_the_client_waits_for_one(tmp_path: Pat
         pytest.raises(DeadlineExceeded),
     ):
         waiting.lookup("any", PROMPT)
+
+
+@pytest.mark.slow
+def test_a_restarted_sidecar_is_found_again_within_a_second(
+    relay: RelayProcess, cert: CertificatePaths, tmp_path: Path
+) -> None:
+    """A container restart keeps the socket path; the client's channel must not back off
+    for longer than `RECONNECT_WITHIN_S` (gRPC's own backoff grows to minutes)."""
+    with Children() as children, KVCacheClient(f"unix://{tmp_path}/sidecar.sock") as client:
+        first = start_sidecar(children, "sidecar", relay.url, cert.cert, tmp_path)
+        with pytest.raises(NotFound):
+            client.unregister_buffers("none")
+        first.child.process.kill()
+        first.child.process.wait()
+        end = time.monotonic() + DOWN_S  # long enough for gRPC's default backoff to grow
+        while time.monotonic() < end:
+            with pytest.raises(Unavailable):
+                client.unregister_buffers("none")
+            time.sleep(0.2)
+        start_sidecar(children, "sidecar", relay.url, cert.cert, tmp_path)
+        time.sleep(RECONNECT_WITHIN_S + 0.5)
+        with pytest.raises(NotFound):  # answered by the new sidecar
+            client.unregister_buffers("none")
 
 
 def test_the_asyncio_client_does_the_same_round_trip(

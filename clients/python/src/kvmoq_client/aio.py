@@ -9,7 +9,7 @@ from typing import Self, TypeVar
 import grpc
 import grpc.aio
 
-from kvmoq_client.client import DEFAULT_TARGET
+from kvmoq_client.client import CHANNEL_OPTIONS, DEFAULT_TARGET
 from kvmoq_client.errors import SidecarError, from_rpc_error
 from kvmoq_client.requests import load_request, lookup_request, no_finish, publish_request
 from kvmoq_client.v1 import kv_cache_pb2, kv_cache_pb2_grpc
@@ -59,7 +59,7 @@ class AsyncKVCacheClient:
         timeout: float | None = None,
         wait_for_ready: bool = False,
     ) -> None:
-        self._channel = grpc.aio.insecure_channel(target)
+        self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = kv_cache_pb2_grpc.KVCacheServiceStub(self._channel)
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready

@@ -15,6 +15,15 @@ from kvmoq_client.v1 import kv_cache_pb2, kv_cache_pb2_grpc
 DEFAULT_TARGET = "unix:///run/kvmoq/sidecar.sock"
 """Where the sidecar listens in the pod (the socket lives in a volume both containers mount)."""
 
+RECONNECT_WITHIN_S = 1.0
+"""The sidecar is local: after it restarts (a container restart), calls find it again within
+this long, instead of failing through gRPC's default backoff (up to 120 s between tries)."""
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", int(RECONNECT_WITHIN_S * 1000)),
+)
+
 _Reply = TypeVar("_Reply")
 
 
@@ -68,7 +77,7 @@ class KVCacheClient(ClosesOnExit):
         timeout: float | None = None,
         wait_for_ready: bool = False,
     ) -> None:
-        self._channel = grpc.insecure_channel(target)
+        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = kv_cache_pb2_grpc.KVCacheServiceStub(self._channel)
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
