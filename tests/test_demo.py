@@ -145,16 +145,19 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
 def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
     """What `kvmoq demo --keep` does after it printed how to call its services: wait on its
-    children (each in a session of its own, so a Ctrl-C does not reach them) until stopped."""
+    children (each in a session of its own, so a Ctrl-C does not reach them) until stopped.
+    Child 'two' starts a process of its own, as a vLLM engine does: it goes too."""
     marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
+    sleeper = '[sys.executable, "-c", "import time; time.sleep(600)"]'
     script = (
         "import sys\n"
         "from sidecar.demo.children import Children, python_module\n"
         "with Children() as children:\n"
-        "    for name in ('one', 'two'):\n"
+        "    for name, extra in (('one', ''), ('two', 'subprocess.Popen(" + sleeper + "); ')):\n"
         "        children.start(name, [sys.executable, '-c', "
-        "'import time; print(\"ready\", flush=True); time.sleep(600)'], "
+        "'import subprocess, sys, time; ' + extra + "
+        "'print(\"ready\", flush=True); time.sleep(600)'], "
         "ready_prefix='ready', timeout=30)\n"
         "    print('waiting', flush=True)\n"
         "    children.wait_any()\n"
@@ -168,7 +171,7 @@ def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
     try:
         assert parent.stdout is not None
         assert parent.stdout.readline() == "waiting\n"
-        assert len(processes_with_marker(marker)) == 3
+        assert len(processes_with_marker(marker)) == 4
         parent.send_signal(stop)
         assert parent.wait(60) != 0
     finally:

@@ -6,6 +6,7 @@ is registered in a `Children` context that terminates (then kills) them all on e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -41,14 +42,20 @@ class Child:
         return "".join(self.log.readlines()[-lines:])
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM first (relays send GOAWAY), SIGKILL if it lingers."""
+        """SIGTERM first (relays send GOAWAY), SIGKILL if it lingers; then whatever it
+        started itself (a vLLM engine's core process): the child leads a process group of
+        its own, and the group goes with it."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
+            _signal_group(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _signal_group(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def _signal_group(leader: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group is gone already
+        os.killpg(leader, signum)
 
 
 class Children:
