@@ -2,7 +2,8 @@
 
 Runs in `.venv-vllm` (vLLM's own environment, as in a deployment: a vLLM container beside
 the sidecar's). Prints {"event": "ready"} once the engine is up, then answers each line of
-JSON, {"requests": [{"token_ids": [...], "max_tokens": N}, ...]}, with one line: every
+JSON, {"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...]}, ...]} (tracks:
+the load's, optional), with one line: every
 request's generated token ids and text, greedy, and the prompt tokens vLLM did not compute
 (`cached_tokens`: its own prefix cache and the connector's loads).
 
@@ -49,7 +50,16 @@ def main() -> None:
     for line in sys.stdin:
         batch = json.loads(line)["requests"]
         prompts = [{"prompt_token_ids": r["token_ids"]} for r in batch]
-        params = [SamplingParams(temperature=0, max_tokens=r["max_tokens"]) for r in batch]
+        params = [
+            SamplingParams(
+                temperature=0,
+                max_tokens=r["max_tokens"],
+                extra_args={"kv_transfer_params": {"kvmoq_tracks": r["tracks"]}}
+                if r.get("tracks")
+                else None,
+            )
+            for r in batch
+        ]
         outputs = llm.generate(prompts, params, use_tqdm=False)
         answers = [
             {

@@ -17,6 +17,8 @@ class LoadJob:
     token_ids: list[int]
     block_ids: list[int]
     first_block: int
+    tracks: tuple[str, ...] = ()
+    """The request's own choice of tracks, best first; empty: the connector's."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvmoq_client.errors import SidecarError
 from kvmoq_client.vllm.jobs import LoadJob, SaveJob, StepJobs
@@ -21,6 +21,19 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 log = logging.getLogger(__name__)
+
+TRACKS_PARAM = "kvmoq_tracks"
+"""A request's `kv_transfer_params` key for the tracks its load may use, best first
+(`SamplingParams(extra_args={"kv_transfer_params": {"kvmoq_tracks": ["int8"]}})`)."""
+
+
+def request_tracks(params: dict[str, Any] | None) -> tuple[str, ...]:
+    """The tracks a request asks for; a malformed value is logged and ignored."""
+    tracks = (params or {}).get(TRACKS_PARAM, ())
+    if isinstance(tracks, list | tuple) and all(isinstance(t, str) for t in tracks):
+        return tuple(tracks)
+    log.warning("kvmoq: ignoring %s=%r: expected a list of track names", TRACKS_PARAM, tracks)
+    return ()
 
 
 @dataclass
@@ -95,6 +108,7 @@ class SchedulerSide:
                 list(request.prompt_token_ids or ())[: hit.tokens],
                 block_ids[:count],
                 hit.local_tokens // self._block_size,
+                request_tracks(request.kv_transfer_params),
             )
         )
 

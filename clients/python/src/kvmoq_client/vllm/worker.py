@@ -104,7 +104,7 @@ class WorkerSide:
             client = self._registration.client
             return client.load(
                 set_id, job.token_ids, paged_blocks(staging),
-                tracks=self._settings.tracks, timeout=self._settings.load_deadline,
+                tracks=job.tracks or self._settings.tracks, timeout=self._settings.load_deadline,
             ).wait()  # fmt: skip
 
         finished = self._registration.call(load)
