@@ -60,6 +60,15 @@ class SidecarNode:
                 )
             time.sleep(0.1)
 
+    def total(self, name: str) -> float:
+        """A counter of /metrics summed over its labels (`kvmoq_verification_failures` ...)."""
+        values = [
+            float(line.rpartition(" ")[2])
+            for line in self.get("/metrics")[1].splitlines()
+            if line.startswith((f"{name}_total ", f"{name}_total{{"))
+        ]
+        return sum(values)
+
     def counter(self, name: str) -> dict[str, float]:
         """A per-track counter of /metrics (`kvmoq_loaded_bytes` ...), track -> value."""
         values: dict[str, float] = {}

@@ -110,17 +110,22 @@ def publisher_process(
     token_ids: Sequence[int],
     scratch: Path,
     tracks: Sequence[str] = ("int8",),
+    *,
+    model: str = MODEL,
+    corrupt_chunk: int | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
-    """`kv_publisher_peer` publishing `kv` through the relay at `url`; yields once it has
-    published every chunk, kills it (if the test has not) at the end."""
+    """`kv_publisher_peer` publishing `kv` through the relay at `url` (`corrupt_chunk`: one
+    that fails verification); yields once it has published every chunk, kills it (if the
+    test has not) at the end."""
     kv_file = scratch / "prompt.safetensors"
     safetensors.torch.save_file(
         {"kv": kv.contiguous(), "token_ids": torch.tensor(list(token_ids))}, str(kv_file)
     )
     argv = [
         sys.executable, "-m", "tests.transfer.kv_publisher_peer", "--url", url,
-        "--ca", str(cert.cert), "--kv", str(kv_file), "--model", MODEL,
+        "--ca", str(cert.cert), "--kv", str(kv_file), "--model", model,
         "--tracks", ",".join(tracks),
+        *([] if corrupt_chunk is None else ["--corrupt-chunk", str(corrupt_chunk)]),
     ]  # fmt: skip
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

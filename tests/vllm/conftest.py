@@ -28,6 +28,7 @@ MODEL_DIR = REPO / ".cache" / "smollm2-hf"
 ENGINE_START_S = 300.0
 GENERATE_S = 300.0
 TRACKS = "fp16,int8"
+GENERATED = '{"event": "generated"'
 
 
 @dataclass
@@ -46,9 +47,13 @@ class Engine:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        """Answers only: vLLM logs to stdout too (a load failure it recovers from, say)."""
         assert self.child.process.stdout is not None
         for line in self.child.process.stdout:
-            self._lines.put(line)
+            if line.startswith(GENERATED):
+                self._lines.put(line)
+            else:
+                self.child.extra_lines.append(line)
 
     def generate(self, *requests: dict[str, Any]) -> list[Output]:
         """Greedy outputs of `requests` ({"token_ids", "max_tokens", "tracks"?}), in one batch."""

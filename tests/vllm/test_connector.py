@@ -10,7 +10,8 @@ import pytest
 from kvmoq_client.client import RECONNECT_WITHIN_S
 
 from sidecar.models.corpus import text_token_ids
-from tests.vllm.conftest import Engine, Output, Stack
+from tests.transfer.kv_net import publisher_process
+from tests.vllm.conftest import MODEL_DIR, Engine, Output, Stack
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +111,28 @@ def test_without_its_sidecar_d_computes_and_after_a_restart_loads_again(stack: S
     loaded = generate(stack.d, back)
     assert loaded.cached_tokens == LOADED, stack.d.child.log_tail()
     assert loaded.token_ids == served[1].token_ids
+
+
+def test_a_chunk_that_fails_verification_is_recomputed(stack: Stack) -> None:
+    """A publisher whose chunk 2 does not match its catalog's digest: the connector reports
+    block 2 failed, vLLM recomputes from there on, and the text is P's. The KV comes from the
+    transformers model in this process (vLLM's own cannot be published twice under one
+    prompt id), rounded to fp16 as vLLM keeps it."""
+    from sidecar.models.kv import extract_kv
+    from sidecar.models.smollm2 import load_model
+
+    ids = prompt(10)
+    kv = extract_kv(load_model(), ids)[0].half()
+    with publisher_process(
+        stack.relay.url, stack.cert, kv, ids, stack.scratch, ("fp16",),
+        model=str(MODEL_DIR), corrupt_chunk=2,
+    ):  # fmt: skip
+        before = stack.sidecar_d.total("kvmoq_verification_failures")
+        loaded = generate(stack.d, ids, "fp16")
+        assert stack.sidecar_d.total("kvmoq_verification_failures") == before + 1
+    (reference,) = served_by_p(stack, ids)
+    assert loaded.token_ids == reference.token_ids
+    # vLLM counts the load's tokens as cached when it schedules it (896) and says what it
+    # recomputed once the connector reported block 2 failed: everything from there on.
+    recovered = [line for line in stack.d.child.extra_lines if "KV load failure" in line]
+    assert recovered and f"({LOADED - 2 * CHUNK} tokens affected)" in recovered[-1]
