@@ -27,6 +27,8 @@ VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 MODEL_DIR = REPO / ".cache" / "smollm2-hf"
 ENGINE_START_S = 300.0
 GENERATE_S = 300.0
+ENGINE_STOP_S = 60.0
+SHM = Path("/dev/shm")
 TRACKS = "fp16,int8"
 GENERATED = '{"event": "generated"'
 
@@ -36,6 +38,8 @@ class Output:
     token_ids: list[int]
     text: str
     cached_tokens: int
+    logprobs: list[dict[str, float]]
+    """Per generated position, the top tokens' log-probabilities (token id as a string)."""
 
 
 class Engine:
@@ -68,6 +72,14 @@ class Engine:
                 f"{self.child.name} did not answer:\n{self.child.log_tail()}"
             ) from None
         return [Output(**output) for output in reply["outputs"]]
+
+    def close(self) -> None:
+        """End of its stdin: the engine shuts down (its connector unregisters and removes
+        its shared memory)."""
+        stdin = self.child.process.stdin
+        assert stdin is not None
+        stdin.close()
+        self.child.process.wait(ENGINE_STOP_S)
 
 
 @dataclass
@@ -110,6 +122,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     write_hf_directory(MODEL_DIR)
     scratch = tmp_path_factory.mktemp("vllm")
+    shared_before = set(SHM.glob("kvmoq-*"))
     with Children() as children:
         cert = write_certificate(scratch)
         relay = start_relay(children, cert)
@@ -118,3 +131,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         p = start_engine(children, "engine p", sidecar_p, "kv_producer")
         d = start_engine(children, "engine d", sidecar_d, "kv_both")
         yield Stack(children, cert, scratch, relay, sidecar_p, sidecar_d, p, d)
+        for engine in (p, d):
+            engine.close()
+    assert set(SHM.glob("kvmoq-*")) <= shared_before, "an engine left its shared memory"

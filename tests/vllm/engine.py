@@ -4,8 +4,9 @@ Runs in `.venv-vllm` (vLLM's own environment, as in a deployment: a vLLM contain
 the sidecar's). Prints {"event": "ready"} once the engine is up, then answers each line of
 JSON, {"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...]}, ...]} (tracks:
 the load's, optional), with one line: every
-request's generated token ids and text, greedy, and the prompt tokens vLLM did not compute
-(`cached_tokens`: its own prefix cache and the connector's loads).
+request's generated token ids and text, greedy, the top log-probabilities at each position,
+and the prompt tokens vLLM did not compute (`cached_tokens`: its own prefix cache and the
+connector's loads).
 
     .venv-vllm/bin/python tests/vllm/engine.py --model DIR --role kv_both \\
         --extra '{"sidecar": "unix:///tmp/s.sock"}'
@@ -16,6 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+TOP_LOGPROBS = 5
+"""Log-probabilities of the top tokens at each generated position, returned with the text."""
 
 
 def main() -> None:
@@ -54,6 +58,7 @@ def main() -> None:
             SamplingParams(
                 temperature=0,
                 max_tokens=r["max_tokens"],
+                logprobs=TOP_LOGPROBS,
                 extra_args={"kv_transfer_params": {"kvmoq_tracks": r["tracks"]}}
                 if r.get("tracks")
                 else None,
@@ -66,6 +71,10 @@ def main() -> None:
                 "token_ids": list(out.outputs[0].token_ids),
                 "text": out.outputs[0].text,
                 "cached_tokens": out.num_cached_tokens or 0,
+                "logprobs": [
+                    {str(token): entry.logprob for token, entry in position.items()}
+                    for position in out.outputs[0].logprobs or ()
+                ],
             }
             for out in outputs
         ]

@@ -167,6 +167,8 @@ class KVMoqConnector(KVConnectorBase_V1):
     def shutdown(self) -> None:
         if self._worker is not None:
             self._worker.close()
+        if self._scheduler is not None:
+            self._scheduler.close()
 
     def _step_jobs(self) -> StepJobs | None:
         if not self.has_connector_metadata():

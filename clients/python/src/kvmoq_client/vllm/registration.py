@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,6 +28,9 @@ class Registration:
         self.model = model
         self._set_id: str | None = None
         self._lock = threading.Lock()
+        # vLLM does not always call the connector's shutdown (an engine process ending on a
+        # signal): the buffers' file goes at interpreter exit all the same.
+        self._remove_file = weakref.finalize(self, buffers.close)
 
     def call(self, method: Callable[[str], _Result]) -> _Result:
         """`method(buffer_set_id)`, registering first if needed and once more after a
@@ -55,4 +59,5 @@ class Registration:
         if set_id is not None:
             with contextlib.suppress(SidecarError):  # shutting down; the sidecar may be gone
                 self.client.unregister_buffers(set_id)
-        self.buffers.close()
+        self._remove_file()
+        self.client.close()

@@ -153,6 +153,9 @@ class SchedulerSide:
         blocks = -(-len(prefill.token_ids) // self._block_size)
         done.append(SaveJob(request_id, prefill.token_ids, prefill.block_ids[:blocks]))
 
+    def close(self) -> None:
+        self._registration.close()
+
     def finished(self, request: Request) -> None:
         """vLLM's `request_finished`: forget a request that ends before its prefill does."""
         self._prefilling.pop(request.request_id, None)
