@@ -81,7 +81,6 @@ class KVMoqConnector(KVConnectorBase_V1):
             self._scheduler = SchedulerSide(
                 Registration(client, buffers, self._model), self._block_size,
                 loads=transfer.is_kv_consumer, saves=transfer.is_kv_producer,
-                lookup_timeout=self._settings.lookup_timeout,
             )  # fmt: skip
 
     # Scheduler side ---------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """The connector's scheduler side: how many leading tokens the sidecar can supply, which
 blocks to load them into, and which prompts to publish once their prefill is done.
 
-It asks the sidecar over gRPC (Lookup) and otherwise only keeps books: the worker side does
-the copying. Any failure of the sidecar is a miss, never an error of the request.
+It asks the sidecar over gRPC (Lookup, in a thread) and otherwise only keeps books: the
+worker side does the copying. Any failure of the sidecar is a miss, never an error of the
+request.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LOOKUP_THREADS = 4
+"""Lookups under way at once; a request beyond them waits its turn (and says None)."""
 TRACKS_PARAM = "kvmoq_tracks"
 """A request's `kv_transfer_params` key for the tracks its load may use, best first
 (`SamplingParams(extra_args={"kv_transfer_params": {"kvmoq_tracks": ["int8"]}})`)."""
@@ -60,39 +64,54 @@ class SchedulerSide:
         *,
         loads: bool,
         saves: bool,
-        lookup_timeout: float,
     ) -> None:
         self._registration = registration
         self._block_size = block_size
         self._loads = loads
         self._saves = saves
-        self._lookup_timeout = lookup_timeout
+        self._pool = ThreadPoolExecutor(LOOKUP_THREADS, thread_name_prefix="kvmoq-lookup")
+        self._lookups: dict[str, Future[int]] = {}
         self._hits: dict[str, _Hit] = {}
         self._pending: list[LoadJob] = []
         self._prefilling: dict[str, _Prefill] = {}
         self._loaded: set[str] = set()
         """Requests that load from the sidecar: not published again from here."""
 
-    def matched_tokens(self, request: Request, local_tokens: int) -> tuple[int, bool]:
+    def matched_tokens(self, request: Request, local_tokens: int) -> tuple[int | None, bool]:
         """vLLM's `get_num_new_matched_tokens`: tokens to load beyond `local_tokens`, and
-        whether the load is asynchronous (always: the scheduler serves others meanwhile)."""
+        whether the load is asynchronous (always: the scheduler serves others meanwhile).
+
+        The Lookup runs in a thread: until it answers this says None ("ask again"), and the
+        scheduler goes on with other requests instead of waiting on the sidecar.
+        """
         if not self._loads:
             return 0, False
         token_ids = list(request.prompt_token_ids or ())
+        lookup = self._lookups.get(request.request_id)
+        if lookup is None:
+            self._lookups[request.request_id] = self._pool.submit(self._ready_tokens, token_ids)
+            return None, False
+        if not lookup.done():
+            return None, False
+        del self._lookups[request.request_id]
+        # The last prompt token is always computed here: its logits give the first token.
+        usable = min(lookup.result(), len(token_ids) - 1)
+        usable -= usable % self._block_size
+        if usable <= local_tokens:
+            return 0, False
+        self._hits[request.request_id] = _Hit(local_tokens, usable)
+        return usable - local_tokens, True
+
+    def _ready_tokens(self, token_ids: list[int]) -> int:
+        """Leading tokens of `token_ids` the sidecar can load now; 0 when it cannot answer."""
         try:
             found = self._registration.call(
                 lambda set_id: self._registration.client.lookup(set_id, token_ids)
             )
         except SidecarError as exc:
             log.warning("kvmoq lookup failed, computing the prompt: %s", exc)
-            return 0, False
-        # The last prompt token is always computed here: its logits give the first token.
-        usable = min(found.ready_tokens, len(token_ids) - 1)
-        usable -= usable % self._block_size
-        if usable <= local_tokens:
-            return 0, False
-        self._hits[request.request_id] = _Hit(local_tokens, usable)
-        return usable - local_tokens, True
+            return 0
+        return int(found.ready_tokens)
 
     def allocated(self, request: Request, blocks: KVCacheBlocks, external_tokens: int) -> None:
         """vLLM's `update_state_after_alloc`: the blocks of a hit are known, queue its load."""
@@ -154,10 +173,12 @@ class SchedulerSide:
         done.append(SaveJob(request_id, prefill.token_ids, prefill.block_ids[:blocks]))
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self._registration.close()
 
     def finished(self, request: Request) -> None:
         """vLLM's `request_finished`: forget a request that ends before its prefill does."""
         self._prefilling.pop(request.request_id, None)
+        self._lookups.pop(request.request_id, None)
         self._hits.pop(request.request_id, None)
         self._loaded.discard(request.request_id)

@@ -32,7 +32,8 @@ class ConnectorSettings:
     load_deadline: float = DEFAULT_LOAD_DEADLINE_S
     """Seconds a load may take; chunks that cannot land in time are recomputed by vLLM."""
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT_S
-    """Seconds the scheduler waits for Lookup before it counts the request as a miss."""
+    """Seconds a request's Lookup may take before it counts as a miss (the request waits
+    for it, the scheduler does not)."""
     staging_tokens: int = DEFAULT_STAGING_TOKENS
     """Tokens of shared memory between vLLM's cache and the sidecar (CPU: vLLM's cache is in
     its private memory); loads and publishes that do not fit wait or are skipped."""
