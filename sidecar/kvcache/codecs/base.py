@@ -31,8 +31,8 @@ ENCODE_BATCH_ELEMENTS = 1 << 19
 about this large (22 of SmolLM2-135M's), because a codec's float32 temporaries run to several
 times its input. A whole 128-token chunk at once left 24 MB of them with the allocator in a
 publishing sidecar, and was slower: the batches' temporaries stay in the CPU's caches (one
-core, MB/s of fp16 in, 128-token chunk -> batches: int8 430 -> 1020, int4 690 -> 890, fp8
-370 -> 950, fp4 430 -> 690, fp16 490 -> 3200, ac 145 -> 165; 1 << 18 and 1 << 20 measured
+thread, MB/s of fp16 in, 128-token chunk -> batches: int8 416 -> 698, int4 272 -> 594, fp8
+257 -> 634, fp4 150 -> 338, fp16 362 -> 2085, ac 141 -> 145; 1 << 18 and 1 << 20 measured
 slower). Payloads are per token, so the batches change no byte."""
 
 
