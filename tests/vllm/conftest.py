@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kvmoq_client.buffers import shared_memory_files
 
 from sidecar.demo.children import Child, Children
 from sidecar.demo.nodes import SidecarNode, start_sidecar
@@ -28,7 +29,6 @@ MODEL_DIR = REPO / ".cache" / "smollm2-hf"
 ENGINE_START_S = 300.0
 GENERATE_S = 300.0
 ENGINE_STOP_S = 60.0
-SHM = Path("/dev/shm")
 TRACKS = "fp16,int8"
 GENERATED = '{"event": "generated"'
 
@@ -122,7 +122,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     write_hf_directory(MODEL_DIR)
     scratch = tmp_path_factory.mktemp("vllm")
-    shared_before = set(SHM.glob("kvmoq-*"))
+    shared_before = shared_memory_files()
     with Children() as children:
         cert = write_certificate(scratch)
         relay = start_relay(children, cert)
@@ -133,4 +133,4 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield Stack(children, cert, scratch, relay, sidecar_p, sidecar_d, p, d)
         for engine in (p, d):
             engine.close()
-    assert set(SHM.glob("kvmoq-*")) <= shared_before, "an engine left its shared memory"
+    assert shared_memory_files() <= shared_before, "an engine left its shared memory"

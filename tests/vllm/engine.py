@@ -27,22 +27,19 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a Hugging Face model directory")
     parser.add_argument("--role", default="kv_both", help="kv_producer, kv_consumer, kv_both")
     parser.add_argument("--extra", default="{}", help="kv_connector_extra_config, JSON")
-    parser.add_argument("--no-connector", action="store_true", help="plain vLLM (recompute)")
     parser.add_argument("--max-model-len", type=int, default=8192)
     args = parser.parse_args()
 
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
 
-    transfer = None
-    if not args.no_connector:
-        transfer = KVTransferConfig(
-            kv_connector="KVMoqConnector",
-            kv_connector_module_path="kvmoq_client.vllm",
-            kv_role=args.role,
-            kv_load_failure_policy="recompute",
-            kv_connector_extra_config=json.loads(args.extra),
-        )
+    transfer = KVTransferConfig(
+        kv_connector="KVMoqConnector",
+        kv_connector_module_path="kvmoq_client.vllm",
+        kv_role=args.role,
+        kv_load_failure_policy="recompute",
+        kv_connector_extra_config=json.loads(args.extra),
+    )
     llm = LLM(
         model=args.model,
         dtype="float16",

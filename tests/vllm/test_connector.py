@@ -13,6 +13,7 @@ import time
 import pytest
 from kvmoq_client.client import RECONNECT_WITHIN_S
 
+from sidecar.kvcache.naming import chunk_count
 from sidecar.models.corpus import text_token_ids
 from tests.transfer.kv_net import publisher_process
 from tests.vllm.conftest import MODEL_DIR, Engine, Output, Stack
@@ -51,7 +52,7 @@ def served_by_p(stack: Stack, *prompts: list[int]) -> list[Output]:
     with others bit for bit the logits it gets alone, and a greedy text can turn on that."""
     before = stack.sidecar_p.counter("kvmoq_published_chunks").get("fp16", 0)
     outputs = [generate(stack.p, ids) for ids in prompts]
-    chunks = sum(-(-len(ids) // CHUNK) for ids in prompts)
+    chunks = sum(chunk_count(len(ids), CHUNK) for ids in prompts)
     end = time.monotonic() + PUBLISH_WAIT_S
     while stack.sidecar_p.counter("kvmoq_published_chunks").get("fp16", 0) < before + chunks:
         assert time.monotonic() < end, f"P's sidecar did not publish:\n{stack.p.child.log_tail()}"

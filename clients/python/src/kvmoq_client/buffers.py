@@ -24,6 +24,14 @@ from kvmoq_client._closing import ClosesOnExit
 from kvmoq_client.v1 import kv_cache_pb2, tensor_handle_pb2
 
 DEFAULT_SHM_DIR = Path("/dev/shm")
+SHM_FILE_PREFIX = "kvmoq-"
+
+
+def shared_memory_files(directory: Path = DEFAULT_SHM_DIR) -> set[Path]:
+    """The buffer files of this library in `directory` that nobody removed (yet): a process
+    that ends without closing its buffers leaves its file behind."""
+    return set(directory.glob(f"{SHM_FILE_PREFIX}*"))
+
 
 DTYPES: dict[torch.dtype, tensor_handle_pb2.DType] = {
     torch.float16: tensor_handle_pb2.DTYPE_FLOAT16,
@@ -55,7 +63,7 @@ class SharedMemoryFile:
     """
 
     def __init__(self, nbytes: int, directory: Path = DEFAULT_SHM_DIR) -> None:
-        fd, name = tempfile.mkstemp(prefix="kvmoq-", suffix=".kv", dir=directory)
+        fd, name = tempfile.mkstemp(prefix=SHM_FILE_PREFIX, suffix=".kv", dir=directory)
         try:
             os.ftruncate(fd, nbytes)
             self._mapping = mmap.mmap(fd, nbytes)

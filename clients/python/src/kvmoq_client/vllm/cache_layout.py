@@ -6,9 +6,10 @@ an arrangement per instruction set (on AVX-512, keys are stored transposed, `[he
 block_size]` per head, values as `[block_size, head_size]`). Rather than copy those rules
 from vLLM's C++ (and break when they change), `BlockLayout.probe` asks vLLM's own
 `cpu_attn_reshape_and_cache` to write a block whose values are their token, head and channel
-numbers, and reads the positions back: a gather index that holds for whatever ISA the engine
-runs on. With it, the connector copies whole blocks between vLLM's cache and the sidecar's
-staging buffer (`[2, tokens, kv_heads, head_size]`) with one index operation each way.
+numbers, and reads the positions back: an index that holds for whatever ISA the engine runs
+on. With it, the connector copies whole blocks between vLLM's cache and the sidecar's
+staging buffer (`[2, tokens, kv_heads, head_size]`), through strided views where the
+positions are affine (they are on every ISA seen), else one index operation each way.
 """
 
 from __future__ import annotations
