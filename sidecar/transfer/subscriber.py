@@ -30,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -227,6 +228,8 @@ class KVSubscriber:
         self.track_throughput: dict[str, ThroughputEstimate] = dict(track_throughput or {})
         """The same per track: what `estimate` times each chunk with (a track's decoding
         slows the transfers beside it)."""
+        self._remeasuring: asyncio.Task[None] | None = None
+        """A chunk fetched to measure the link after a load was refused (`remeasure`)."""
         self._feeds = CatalogFeeds(session, trust)
         self.announced = PublishedPrompts(
             session, self._feeds, self.index, max_prompts=max_announced
@@ -271,6 +274,27 @@ class KVSubscriber:
             return Availability(source.feed.prompt, source.tokens, ready, catalog)
         finally:
             await self._feeds.release(source.feed)
+
+    def remeasure(self, track: str, size: int, fetch: Callable[[], Awaitable[list[bytes]]]) -> None:
+        """Time `fetch()` (a chunk of `track`, `size` bytes, that no load takes) in the
+        background and observe it; one at a time, others asked meanwhile are dropped."""
+        if self._remeasuring is not None and not self._remeasuring.done():
+            return
+        clock = asyncio.get_running_loop().time
+
+        async def timed() -> None:
+            started = clock()
+            try:
+                await fetch()
+            except Exception as exc:
+                # Anything (a session closing under it included) means no sample; the next
+                # load finds out what is wrong. Left unretrieved, the error would be logged
+                # from the garbage collector.
+                log.debug("remeasure_failed", track=track, error=repr(exc))
+                return
+            self.observe(track, max(size, 1), max(clock() - started, 1e-6))
+
+        self._remeasuring = asyncio.ensure_future(timed())
 
     def observe(self, track: str, nbytes: int, seconds: float) -> None:
         """A chunk of `track` took `seconds` from its FETCH to its last byte."""
@@ -560,10 +584,29 @@ class _Load:
             last_is_recent=self.chunks.stop == self.source.chunks,
         )
         if track is None:
+            if index == self.chunks.start:
+                self._remeasure(catalog, index, failed)
             return StopReason.DEADLINE
         size = catalog.chunk_bytes(index)[track]
         task = asyncio.ensure_future(self._fetch(catalog, index, track, size))
         return _Transfer(catalog, index, track, self.clock(), task)
+
+    def _remeasure(self, catalog: Catalog, index: int, failed: set[str]) -> None:
+        """The estimate refused this load its first chunk: fetch that chunk anyway, for no
+        load, on the track the load wanted most, so the estimate follows the link again.
+
+        Only loads measure the link. Without this, one slow spell (a relay fetching from
+        the publisher, a publisher encoding a track on first demand, a busy machine) leaves
+        an estimate that refuses every later load, and nothing ever measures again.
+        """
+        offered = catalog.chunk_bytes(index)
+        track = next((t for t in self.quality_order if t in offered and t not in failed), None)
+        if track is None:
+            return
+        size = offered[track]
+        self.subscriber.remeasure(
+            track, size, functools.partial(self._fetch, catalog, index, track, size)
+        )
 
     async def _store(self, transfer: _Transfer, payloads: list[bytes]) -> bool:
         """Verify, decode (in a worker thread) and write one chunk; False (and the chunk

@@ -243,6 +243,35 @@ def test_no_time_loads_nothing(
     run(main)
 
 
+def test_a_load_refused_on_a_stale_estimate_measures_the_link_again(
+    relay: RelayProcess,
+    cert: CertificatePaths,
+) -> None:
+    """An estimate of 1 kB/s (left by some slow spell) refuses a 1-second load its first
+    chunk; the subscriber fetches that chunk anyway, for no load, and observes it, so the
+    next load with the same deadline completes. Without it nothing would ever measure the
+    link again, and every load would be refused."""
+    token_ids = list(range(1200, 1200 + 2 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=12)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            await net.published(LAYOUT, token_ids, kv, tracks=("int8",), chunk_size=CHUNK)
+            subscriber = await net.subscriber(CHUNK)
+            subscriber.throughput = ThroughputEstimate(1e3)
+            refused = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 1.0)
+            assert refused.stopped is StopReason.DEADLINE and not refused.loaded
+            end = asyncio.get_running_loop().time() + 10
+            while subscriber.throughput.samples == 0:
+                assert asyncio.get_running_loop().time() < end, "the link was not measured"
+                await asyncio.sleep(0.01)
+            assert subscriber.throughput.bytes_per_second > 100 * 1e3
+            result = await subscriber.load(MODEL, token_ids, torch.zeros_like(kv), 1.0)
+            assert result.stopped is StopReason.COMPLETE, result
+
+    run(main)
+
+
 def test_the_relay_serves_later_decoders_from_its_cache(
     relay: RelayProcess,
     cert: CertificatePaths,
