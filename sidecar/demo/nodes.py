@@ -79,6 +79,23 @@ class SidecarNode:
                 values[series.removeprefix(prefix).removesuffix('"}')] = float(value)
         return values
 
+    def growth(self, name: str, before: dict[str, float]) -> dict[str, int]:
+        """How much each track's `name` counter grew since `before` (a `counter(name)`)."""
+        after = self.counter(name)
+        return {t: int(n - before.get(t, 0)) for t, n in after.items() if n > before.get(t, 0)}
+
+    def wait_counter(self, name: str, track: str, at_least: float, timeout: float) -> None:
+        """Until the per-track counter `name` reaches `at_least`: what the sidecar does after
+        a call has returned (publishing, say) shows only there."""
+        end = time.monotonic() + timeout
+        while self.counter(name).get(track, 0) < at_least:
+            if time.monotonic() > end:
+                raise TimeoutError(
+                    f"{self.child.name}: {name}{{track={track}}} did not reach {at_least}:\n"
+                    f"{self.child.log_tail()}"
+                )
+            time.sleep(0.1)
+
 
 def start_sidecar(
     children: Children, name: str, url: str, ca: Path, scratch: Path, *flags: str

@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 
-from tests.vllm.conftest import REPO, VLLM_PYTHON
+from sidecar.demo.vllm_engines import REPO, VLLM_PYTHON, unavailable_reason
 
 
 def test_block_layout_reads_and_writes_what_vllms_kernel_wrote() -> None:
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"no {VLLM_PYTHON}: scripts/setup.sh makes it")
+    if reason := unavailable_reason():
+        pytest.skip(reason)
     result = subprocess.run(
         [str(VLLM_PYTHON), str(REPO / "tests" / "vllm" / "layout_check.py")],
         capture_output=True, text=True, timeout=300, check=True,

@@ -13,17 +13,20 @@ import time
 import pytest
 from kvmoq_client.client import RECONNECT_WITHIN_S
 
+from sidecar.demo.vllm_engines import MODEL_DIR, Engine, Output
 from sidecar.kvcache.naming import chunk_count
 from sidecar.models.corpus import text_token_ids
 from tests.transfer.kv_net import publisher_process
-from tests.vllm.conftest import MODEL_DIR, Engine, Output, Stack
+from tests.vllm.conftest import Stack
 
 pytestmark = pytest.mark.slow
 
 CHUNK = 128
 PROMPT = 1000
-"""Tokens of a prompt: 7 whole chunks and a partial one, so a load brings 896."""
-LOADED = (PROMPT - 1) // CHUNK * CHUNK
+"""Tokens of a prompt: 7 whole chunks and a partial one, so a load brings 896 (the sidecar
+loads whole chunks; tests/test_demo.py has a prompt of whole chunks, loaded up to the block of
+its last token)."""
+LOADED = PROMPT // CHUNK * CHUNK
 LONG_PROMPT = 4000
 """Long enough (31 chunks, 92 MB of fp16, about 0.4 s on loopback) to kill a load half way."""
 KILL_AFTER_S = 0.1
@@ -53,10 +56,7 @@ def served_by_p(stack: Stack, *prompts: list[int]) -> list[Output]:
     before = stack.sidecar_p.counter("kvmoq_published_chunks").get("fp16", 0)
     outputs = [generate(stack.p, ids) for ids in prompts]
     chunks = sum(chunk_count(len(ids), CHUNK) for ids in prompts)
-    end = time.monotonic() + PUBLISH_WAIT_S
-    while stack.sidecar_p.counter("kvmoq_published_chunks").get("fp16", 0) < before + chunks:
-        assert time.monotonic() < end, f"P's sidecar did not publish:\n{stack.p.child.log_tail()}"
-        time.sleep(0.1)
+    stack.sidecar_p.wait_counter("kvmoq_published_chunks", "fp16", before + chunks, PUBLISH_WAIT_S)
     return outputs
 
 
@@ -80,7 +80,7 @@ def assert_same_greedy_text(got: Output, expected: Output) -> None:
 
 
 def generate(engine: Engine, token_ids: list[int], *tracks: str) -> Output:
-    (output,) = engine.generate(request(token_ids, *tracks))
+    (output,) = engine.run(request(token_ids, *tracks)).outputs
     return output
 
 
@@ -107,7 +107,7 @@ def test_a_longer_prompt_loads_the_shared_chunks_and_computes_the_rest(stack: St
     served_by_p(stack, shared)
     extended = generate(stack.d, longer)
     assert extended.cached_tokens == LOADED
-    (reference,) = stack.p.generate(request(longer))  # P computes it (its own cache aside)
+    (reference,) = stack.p.run(request(longer)).outputs  # P computes it (its own cache aside)
     assert_same_greedy_text(extended, reference)
 
 
@@ -115,7 +115,9 @@ def test_concurrent_hits_and_misses(stack: Stack) -> None:
     hits = [prompt(4), prompt(5)]
     misses = [prompt(6, 700), prompt(7, 300)]
     served = served_by_p(stack, *hits)
-    outputs = stack.d.generate(*(request(ids) for ids in (hits[0], misses[0], hits[1], misses[1])))
+    outputs = stack.d.run(
+        *(request(ids) for ids in (hits[0], misses[0], hits[1], misses[1]))
+    ).outputs
     assert [o.cached_tokens for o in outputs] == [LOADED, 0, LOADED, 0]
     references = [generate(stack.p, ids) for ids in misses]
     expected = (served[0], references[0], served[1], references[1])
@@ -138,29 +140,36 @@ def test_without_its_sidecar_d_computes_and_after_a_restart_loads_again(stack: S
     assert_same_greedy_text(loaded, served[1])
 
 
-def test_a_chunk_that_fails_verification_is_recomputed(stack: Stack) -> None:
-    """A publisher whose chunk 2 does not match its catalog's digest: the connector reports
-    block 2 failed, vLLM recomputes from there on, and the text is P's. The KV comes from the
-    transformers model in this process (vLLM's own cannot be published twice under one
-    prompt id), rounded to fp16 as vLLM keeps it."""
+@pytest.mark.parametrize(("number", "corrupt"), [(10, 2), (12, 0)])
+def test_a_chunk_that_fails_verification_is_recomputed(
+    stack: Stack, number: int, corrupt: int
+) -> None:
+    """A publisher whose chunk `corrupt` does not match its catalog's digest: the connector
+    reports that block and the ones after it failed, vLLM recomputes from there on, and the
+    text is P's. Chunk 0: nothing loads, and vLLM, which then schedules the request as new,
+    must not be offered the same load again (it would fail again, forever). The KV comes
+    from the transformers model in this process (vLLM's own cannot be published twice under
+    one prompt id)."""
     from sidecar.models.kv import extract_kv
     from sidecar.models.smollm2 import load_model
 
-    ids = prompt(10)
+    ids = prompt(number)
     kv = extract_kv(load_model(), ids)[0].half()
     with publisher_process(
         stack.relay.url, stack.cert, kv, ids, stack.scratch, ("fp16",),
-        model=str(MODEL_DIR), corrupt_chunk=2,
+        model=str(MODEL_DIR), corrupt_chunk=corrupt,
     ):  # fmt: skip
         before = stack.sidecar_d.total("kvmoq_verification_failures")
+        loads = stack.sidecar_d.child.log_tail(100_000).count("load_started")
         loaded = generate(stack.d, ids, "fp16")
         assert stack.sidecar_d.total("kvmoq_verification_failures") == before + 1
+        assert stack.sidecar_d.child.log_tail(100_000).count("load_started") == loads + 1
     (reference,) = served_by_p(stack, ids)
     assert_same_greedy_text(loaded, reference)
     # vLLM counts the load's tokens as cached when it schedules it (896) and says what it
-    # recomputed once the connector reported block 2 failed: everything from there on.
+    # recomputed once the connector reported the block failed: everything from there on.
     recovered = [line for line in stack.d.child.extra_lines if "KV load failure" in line]
-    assert recovered and f"({LOADED - 2 * CHUNK} tokens affected)" in recovered[-1]
+    assert recovered and f"({LOADED - corrupt * CHUNK} tokens affected)" in recovered[-1]
 
 
 def test_relay_killed_in_the_middle_of_a_load(stack: Stack) -> None:

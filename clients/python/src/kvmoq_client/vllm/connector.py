@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 PUBLISH_TIMEOUT_S = 120.0
 """Publish answers once the default track is encoded: seconds for a long prompt."""
+IDLE_STEP_WAIT_S = 0.01
+"""Longest a step with nothing to compute waits for a load to end (`StepJobs.idle`); an
+ending load wakes it at once, so a load is noticed no later than without the wait."""
 
 
 class KVMoqConnector(KVConnectorBase_V1):
@@ -158,7 +161,9 @@ class KVMoqConnector(KVConnectorBase_V1):
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         if self._worker is None:
             return None, None
-        return None, self._worker.finished_loads() or None
+        jobs = self._step_jobs()
+        wait = IDLE_STEP_WAIT_S if jobs is not None and jobs.idle else 0.0
+        return None, self._worker.finished_loads(wait) or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set() if self._worker is None else self._worker.failed_blocks()

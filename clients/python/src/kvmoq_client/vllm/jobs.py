@@ -10,8 +10,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadat
 
 @dataclass(frozen=True)
 class LoadJob:
-    """Load the KV of `token_ids` (a prompt's leading tokens, whole blocks) into `block_ids`
-    (vLLM's, one per block of `token_ids`); blocks before `first_block` vLLM already holds."""
+    """Load the KV of `token_ids` (a prompt's leading tokens: whole chunks, or the whole
+    prompt) and write its first blocks into `block_ids` (vLLM's, one per block it loads);
+    blocks before `first_block` vLLM already holds. `token_ids` runs past `block_ids` when
+    its last chunk holds the prompt's last token: vLLM computes that token's block."""
 
     request_id: str
     token_ids: list[int]
@@ -34,3 +36,8 @@ class SaveJob:
 class StepJobs(KVConnectorMetadata):
     loads: list[LoadJob] = field(default_factory=list)
     saves: list[SaveJob] = field(default_factory=list)
+    idle: bool = False
+    """Nothing is computed this step. vLLM steps with nothing to compute while a request
+    waits for its KV, only to ask whether the load is done; the worker may then wait a little
+    for it instead of answering at once, or that loop takes the cores the sidecar loads with
+    (on a 2-core machine it halved the speed of a load)."""

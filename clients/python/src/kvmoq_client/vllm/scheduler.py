@@ -54,6 +54,9 @@ class _Hit:
     """Tokens vLLM's own prefix cache had."""
     tokens: int
     """Leading tokens this request will have after the load (whole blocks)."""
+    ready: int
+    """Leading tokens the sidecar can load (whole chunks, or the whole prompt): past
+    `tokens` when the last chunk holds the prompt's last token, which is computed here."""
 
 
 class SchedulerSide:
@@ -84,7 +87,9 @@ class SchedulerSide:
         The Lookup runs in a thread: until it answers this says None ("ask again"), and the
         scheduler goes on with other requests instead of waiting on the sidecar.
         """
-        if not self._loads:
+        if not self._loads or request.request_id in self._loaded:
+            # One load per request: after a failed one vLLM may schedule the request as new,
+            # and the same load would fail the same way again.
             return 0, False
         token_ids = list(request.prompt_token_ids or ())
         lookup = self._lookups.get(request.request_id)
@@ -94,12 +99,16 @@ class SchedulerSide:
         if not lookup.done():
             return None, False
         del self._lookups[request.request_id]
+        ready = min(lookup.result(), len(token_ids))
         # The last prompt token is always computed here: its logits give the first token.
-        usable = min(lookup.result(), len(token_ids) - 1)
+        # The chunk that holds it is still loaded whole (the sidecar loads whole chunks) and
+        # the blocks before that token's are used: with 16-token blocks (vLLM on a GPU) the
+        # last 16 tokens are computed, not the last chunk's 128.
+        usable = min(ready, len(token_ids) - 1)
         usable -= usable % self._block_size
         if usable <= local_tokens:
             return 0, False
-        self._hits[request.request_id] = _Hit(local_tokens, usable)
+        self._hits[request.request_id] = _Hit(local_tokens, usable, ready)
         return usable - local_tokens, True
 
     def _ready_tokens(self, token_ids: list[int]) -> int:
@@ -124,7 +133,7 @@ class SchedulerSide:
         self._pending.append(
             LoadJob(
                 request.request_id,
-                list(request.prompt_token_ids or ())[: hit.tokens],
+                list(request.prompt_token_ids or ())[: hit.ready],
                 block_ids[:count],
                 hit.local_tokens // self._block_size,
                 request_tracks(request.kv_transfer_params),
@@ -134,7 +143,7 @@ class SchedulerSide:
     def step_jobs(self, output: SchedulerOutput) -> StepJobs:
         """vLLM's `build_connector_meta`: the loads queued since the last step, and the
         prompts whose prefill this step completes."""
-        jobs = StepJobs(loads=self._pending)
+        jobs = StepJobs(loads=self._pending, idle=output.total_num_scheduled_tokens == 0)
         self._pending = []
         if self._saves:
             jobs.saves = self._completed_prefills(output)

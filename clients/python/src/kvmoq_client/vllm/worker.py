@@ -67,7 +67,8 @@ class WorkerSide:
         self._staging = registration.buffers.tensors  # per layer [2, blocks, size, H, D]
         self._free = StagingBlocks(self._staging[0].shape[1])
         self._pool = ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="kvmoq")
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._loading = 0
         self._loaded: set[str] = set()
         self._failed_blocks: set[int] = set()
 
@@ -75,11 +76,13 @@ class WorkerSide:
 
     def start_loads(self, jobs: Sequence[LoadJob]) -> None:
         for job in jobs:
+            with self._lock:
+                self._loading += 1
             self._pool.submit(self._load, job)
 
     def _load(self, job: LoadJob) -> None:
         landed: list[int] = []
-        staging = self._free.take(len(job.block_ids))
+        staging = self._free.take(-(-len(job.token_ids) // self._block_size))
         try:
             if staging is None:
                 log.warning("kvmoq staging full: request %s computes its prompt", job.request_id)
@@ -96,6 +99,8 @@ class WorkerSide:
             with self._lock:
                 self._failed_blocks |= failed
                 self._loaded.add(job.request_id)
+                self._loading -= 1
+                self._lock.notify_all()
 
     def _load_into(self, job: LoadJob, staging: list[int]) -> list[int]:
         """The vLLM blocks written: those whose every token the sidecar reported loaded."""
@@ -122,8 +127,12 @@ class WorkerSide:
                 self._layout.write(cache, target, kv)
         return [job.block_ids[i] for i in whole]
 
-    def finished_loads(self) -> set[str]:
+    def finished_loads(self, wait: float = 0.0) -> set[str]:
+        """Requests whose load ended since the last call; with `wait`, up to that many
+        seconds for one to end while loads are in flight and none has."""
         with self._lock:
+            if wait > 0:
+                self._lock.wait_for(lambda: self._loaded or not self._loading, wait)
             done, self._loaded = self._loaded, set()
         return done
 

@@ -1,0 +1,133 @@
+"""vLLM engines as child processes, for the demo, `kvmoq bench vllm` and the connector tests.
+
+vLLM lives in its own environment (`.venv-vllm`, made by scripts/setup.sh; in a deployment,
+its own container), so an engine here is `kvmoq_client.vllm.stdio_engine` run with that
+environment's Python: requests go in on its stdin, answers come back on its stdout. Engines
+take about 35 s to start on this machine; callers start each once and send it many requests.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.demo.children import Child, Children
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+MODEL_DIR = REPO / ".cache" / "smollm2-hf"
+"""SmolLM2-135M as a Hugging Face directory (vLLM cannot read the GGUF file)."""
+ENGINE_START_S = 300.0
+GENERATE_S = 600.0
+ENGINE_STOP_S = 60.0
+KV_CACHE_GIB = 1
+"""vLLM's CPU KV cache per engine (`VLLM_CPU_KVCACHE_SPACE`): 45k SmolLM2 tokens."""
+ANSWER = '{"event": "generated"'
+
+
+def unavailable_reason() -> str | None:
+    """Why vLLM engines cannot run here, or None when they can."""
+    if not VLLM_PYTHON.exists():
+        return f"no {VLLM_PYTHON} (scripts/setup.sh makes it)"
+    return None
+
+
+def model_directory() -> Path:
+    """The model directory vLLM loads, written from the GGUF file on first use."""
+    from sidecar.models.smollm2 import write_hf_directory
+
+    return write_hf_directory(MODEL_DIR)
+
+
+@dataclass
+class Output:
+    token_ids: list[int]
+    text: str
+    cached_tokens: int
+    logprobs: list[dict[str, float]]
+    """Per generated position, the top tokens' log-probabilities (token id as a string)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    seconds: float
+    """Wall time of the batch in the engine: with one request and one token, its TTFT."""
+    outputs: list[Output]
+
+
+class Engine:
+    """A running stdio engine: requests in on its stdin, answers on its stdout."""
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+        self._answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        """Answers only: vLLM logs to stdout too (a load failure it recovers from, say)."""
+        assert self.child.process.stdout is not None
+        for line in self.child.process.stdout:
+            if line.startswith(ANSWER):
+                self._answers.put(line)
+            else:
+                self.child.extra_lines.append(line)
+
+    def run(self, *requests: dict[str, Any]) -> Answer:
+        """Greedy outputs of `requests` ({"token_ids", "max_tokens", "tracks"?,
+        "logprobs"?}), in one batch."""
+        stdin = self.child.process.stdin
+        assert stdin is not None
+        stdin.write(json.dumps({"requests": list(requests)}) + "\n")
+        stdin.flush()
+        try:
+            reply = json.loads(self._answers.get(timeout=GENERATE_S))
+        except queue.Empty:
+            raise AssertionError(
+                f"{self.child.name} did not answer:\n{self.child.log_tail()}"
+            ) from None
+        return Answer(reply["seconds"], [Output(**output) for output in reply["outputs"]])
+
+    def close(self) -> None:
+        """End of its stdin: the engine shuts down (a kvmoq connector unregisters and removes
+        its shared memory)."""
+        stdin = self.child.process.stdin
+        assert stdin is not None
+        stdin.close()
+        self.child.process.wait(ENGINE_STOP_S)
+
+
+def start_engine(
+    children: Children,
+    name: str,
+    connector: str = "kvmoq",
+    *,
+    role: str = "kv_both",
+    extra: dict[str, Any] | None = None,
+    prefix_caching: bool = True,
+    dtype: str = "bfloat16",
+) -> Engine:
+    """A vLLM engine serving SmolLM2 with `connector` ("kvmoq", "example" or "none").
+
+    bfloat16 by default, as vLLM on CPUs is run: here a 4096-token prefill takes 13-16 s in
+    it, 17-20 s in float32 and 60 s in float16 (no AVX512-FP16 on these CPUs).
+    """
+    argv = [
+        str(VLLM_PYTHON), "-m", "kvmoq_client.vllm.stdio_engine",
+        "--model", str(model_directory()), "--connector", connector, "--role", role,
+        "--extra", json.dumps(extra or {}), "--dtype", dtype,
+    ]  # fmt: skip
+    if not prefix_caching:
+        argv.append("--no-prefix-caching")
+    child = children.start(
+        name,
+        argv,
+        ready_prefix='{"event": "ready"',
+        timeout=ENGINE_START_S,
+        env={"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "HF_HUB_OFFLINE": "1"},
+        stdin=True,
+    )
+    return Engine(child)
