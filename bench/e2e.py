@@ -21,18 +21,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import json
 import math
 import sys
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import netns
+from bench import linked, netns
+from bench.linked import Job
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,8 +42,9 @@ if TYPE_CHECKING:
 DEFAULT_TOKENS = 4096
 DEFAULT_TRACKS = "int8,ac"
 DEFAULT_LIMITS = "100mbit,1gbit"
+COMMAND = "kvmoq bench e2e"
 WARM_DEADLINE_S = 300.0
-TRACK_DEADLINE_S = 300.0
+TRACK_DEADLINE_S = linked.MAX_DEADLINE_S
 """Bounds a single-track load; the rule never falls back with one track to choose from."""
 LOG_WIDTH = 150
 """Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
@@ -56,106 +56,18 @@ reliability"), on loopback and under each link limit, once the sidecar has loade
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tokens",
-        type=int,
-        default=DEFAULT_TOKENS,
-        help=f"prompt length in tokens (default {DEFAULT_TOKENS}; 128..8192)",
+    linked.add_arguments(
+        parser,
+        tokens=DEFAULT_TOKENS,
+        tracks=DEFAULT_TRACKS,
+        limits=DEFAULT_LIMITS,
+        tracks_help="tracks to time on loopback besides adaptive; the limited links time "
+        "adaptive loads only",
     )
-    parser.add_argument(
-        "--tracks",
-        default=DEFAULT_TRACKS,
-        help="comma-separated tracks to time on loopback besides adaptive "
-        f"(default {DEFAULT_TRACKS})",
-    )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        choices=range(1, 6),
-        default=2,
-        metavar="N",
-        help="time the recompute and each loopback load N times (1..5) and keep the fastest: "
-        "other load on the machine only slows them down (default 2)",
-    )
-    parser.add_argument(
-        "--deadline",
-        type=float,
-        metavar="SECONDS",
-        help="deadline of the adaptive loads (default: half the measured recompute time)",
-    )
-    parser.add_argument(
-        "--limits",
-        default=DEFAULT_LIMITS,
-        help=f"comma-separated link rates for the adaptive loads, as tc writes them "
-        f"(default {DEFAULT_LIMITS}); 'none' skips them (they need root and iproute2)",
-    )
-    parser.add_argument(
-        "--plot",
-        metavar="FILE",
-        help="also draw the time of every load against the recompute time, KL on each (PNG)",
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """The benchmark's parameters; travels as JSON to the process inside the namespace."""
-
-    tokens: int
-    tracks: tuple[str, ...]
-    limits: tuple[str, ...]
-    repeat: int
-    deadline: float | None
-    json_path: str | None
-    plot_path: str | None = None
-    namespace: str | None = None
-    limits_skipped: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Job:
-        raw = json.loads(text)
-        return cls(**{**raw, "tracks": tuple(raw["tracks"]), "limits": tuple(raw["limits"])})
-
-
-def _job(args: argparse.Namespace) -> Job:
-    from sidecar.kvcache.errors import UnknownCodecError
-    from sidecar.kvcache.tracks import parse_codec_names
-
-    if not 128 <= args.tokens <= 8192:
-        raise SystemExit(f"kvmoq bench e2e: --tokens must be in 128..8192, got {args.tokens}")
-    try:
-        tracks = parse_codec_names(args.tracks)
-    except UnknownCodecError as exc:
-        raise SystemExit(f"kvmoq bench e2e: {exc}") from None
-    limits: tuple[str, ...] = ()
-    if args.limits.strip().lower() != "none":
-        try:
-            limits = tuple(netns.LinkLimit.parse(t).label for t in args.limits.split(","))
-        except ValueError as exc:
-            raise SystemExit(f"kvmoq bench e2e: --limits: {exc}") from exc
-    json_path, plot_path = (str(Path(p).resolve()) if p else None for p in (args.json, args.plot))
-    if args.deadline is not None and not 0 < args.deadline <= TRACK_DEADLINE_S:
-        raise SystemExit(f"kvmoq bench e2e: --deadline must be in (0, {TRACK_DEADLINE_S:.0f}]")
-    return Job(args.tokens, tracks, limits, args.repeat, args.deadline, json_path, plot_path)
 
 
 def run(args: argparse.Namespace) -> int:
-    job = _job(args)
-    if not job.limits:
-        return _bench(dataclasses.replace(job, limits_skipped="--limits none"))
-    reason = netns.unavailable_reason()
-    with contextlib.ExitStack() as stack:
-        try:
-            namespace = None if reason else stack.enter_context(netns.Namespace())
-        except netns.NamespaceError as exc:  # e.g. a container without CAP_SYS_ADMIN
-            reason, namespace = str(exc), None
-        if namespace is not None:
-            inside = dataclasses.replace(job, namespace=namespace.name)
-            return namespace.run([sys.executable, "-m", "bench.e2e", inside.to_json()])
-    print(f"kvmoq bench e2e: link limits skipped ({reason}); loopback figures only")
-    return _bench(dataclasses.replace(job, limits=(), limits_skipped=reason))
+    return linked.run(Job.from_args(args, COMMAND), "bench.e2e", _bench, COMMAND)
 
 
 def _bench(job: Job) -> int:
@@ -339,8 +251,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         namespace = netns.Namespace(job.namespace)
         for label in job.limits:
             limit = netns.LinkLimit.parse(label)
-            namespace.limit(limit)
-            try:
+            with namespace.limited(limit):
                 measured = await asyncio.to_thread(netns.loopback_rate)
                 console.log(
                     f"link limited to {label}: a bulk TCP transfer gets "
@@ -350,8 +261,6 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                     guess = await warm_estimate(subscriber, deadline)
                     link_run, link_bytes = await measure(subscriber, "adaptive", None, deadline)
                 estimates[label] = _estimate_row(guess, link_run.load_s)
-            finally:
-                namespace.limit(None)
             links[label] = {
                 "limit_bps": limit.bits_per_second,
                 "measured_bps": measured,

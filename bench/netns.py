@@ -24,7 +24,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -118,6 +118,15 @@ class Namespace:
                 _command([*tc, "del", "dev", "lo", "root"])
         else:
             _command([*tc, "replace", "dev", "lo", "root", "tbf", *link.tbf_args()])
+
+    @contextlib.contextmanager
+    def limited(self, link: LinkLimit) -> Iterator[None]:
+        """The loopback shaped to `link` for the `with` block, then free again."""
+        self.limit(link)
+        try:
+            yield
+        finally:
+            self.limit(None)
 
     def run(self, argv: Sequence[str], *, grace: float = STOP_GRACE_S * 3) -> int:
         """Run `argv` inside the namespace to its end; its exit status.
