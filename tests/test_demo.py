@@ -223,3 +223,43 @@ def test_demo_refuses_an_unknown_compression() -> None:
     )
     assert result.returncode != 0
     assert "unknown compression zip" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_demo_with_vllm_engines_loads_and_keeps_the_text(tmp_path: Path) -> None:
+    """`kvmoq demo --engine vllm`: P serves, D loads through the sidecars and the relay on
+    each track and on the connector's choice, then a longer prompt reuses the shared chunks."""
+    from sidecar.demo.vllm_engines import unavailable_reason
+
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "sidecar.cli", "demo", "--engine", "vllm"),
+            *("--tokens", "512", "--compression", "fp16,int8", "--json", str(report_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, key: value},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["engine"] == "vllm" and report["recompute_s"] > 0
+    assert set(report["tracks"]) == {"fp16", "int8", "connector's choice"}
+    for name in ("fp16", "int8"):
+        row = report["tracks"][name]
+        # The whole prompt: 4 chunks, written into every block before the last token's
+        # (vLLM's blocks are 128 tokens on the CPU).
+        assert row["chunks"] == {name: 4}, row
+        assert row["cached_tokens"] == 384, row
+        assert row["same_text"], row
+    reuse = report["prefix_reuse"]
+    assert reuse["cached_tokens"] == 512 and sum(reuse["chunks"].values()) == 4
+    assert reuse["same_text"]
+    assert "P's text" in result.stdout
+    assert processes_with_marker(marker) == []

@@ -22,6 +22,7 @@ DEFAULT_COMPRESSIONS = "fp16,int8,ac"
 SILENCE_S = 300.0
 """Longest a model server may go without reporting a step (model load, a long prefill)."""
 LINK_GBPS = (0.1, 0.3, 1, 3, 10, 30, 100)
+ENGINES = ("transformers", "vllm")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_COMPRESSIONS,
         help=f"comma-separated tracks to load (default {DEFAULT_COMPRESSIONS}; "
         "any of fp16 bf16 fp8 int8 fp4 int4 ac)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=ENGINES[0],
+        help="the inference servers beside the sidecars: transformers (default; the "
+        "built-in SmolLM2 model servers, about 2 minutes) or vllm (two vLLM engines with "
+        "the kvmoq connector, from .venv-vllm; about 4 minutes)",
     )
     parser.add_argument(
         "--relay", metavar="URL", help="use this relay (moqt://HOST:PORT) instead of starting one"
@@ -78,6 +87,13 @@ def _check_args(args: argparse.Namespace) -> tuple[str, ...]:
         raise SystemExit(f"kvmoq demo: {exc}") from None
     if bool(args.relay) != bool(args.ca):
         raise SystemExit("kvmoq demo: --relay and --ca go together (the relay's CA to trust)")
+    if args.engine == "vllm":
+        from sidecar.demo.vllm_engines import unavailable_reason
+
+        if args.keep:
+            raise SystemExit("kvmoq demo: --keep serves over HTTP with --engine transformers only")
+        if reason := unavailable_reason():
+            raise SystemExit(f"kvmoq demo --engine vllm: {reason}")
     return tracks
 
 
@@ -141,6 +157,21 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
         progress.update(step, completed=1)
         decode_sidecar = start_sidecar(children, "decode sidecar", url, ca, scratch)
         progress.update(step, completed=2)
+
+        if args.engine == "vllm":
+            from sidecar.demo import vllm_demo
+
+            def step(description: str) -> None:
+                progress.console.log(description)
+
+            report = vllm_demo.run(
+                children, step, prefill_sidecar, decode_sidecar, args.tokens, tracks
+            )
+            progress.stop()
+            _show_vllm(console, report)
+            if args.json:
+                Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+            return 0
 
         common = ("--tokens", str(args.tokens), "--tracks", ",".join(tracks))
         prefill = start_model_server(
@@ -259,6 +290,40 @@ def _show(console: Console, report: dict[str, Any], out: Path) -> None:
     )
     plot = _plot(report, out)
     console.print(f"Plot of load time against link speed: {plot}")
+
+
+def _show_vllm(console: Console, report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from sidecar.demo.vllm_demo import NEW_TOKENS
+
+    table = Table(
+        title=f"vLLM: {report['tokens']}-token prompt, {NEW_TOKENS} tokens generated. Engine P "
+        f"computed it in {report['recompute_s']:.2f} s; engine D loads it through its sidecar "
+        "and the relay (loopback)"
+    )
+    for column in ("track", "seconds", "vs P", "tokens not computed", "chunks loaded", "P's text"):
+        table.add_column(column, justify="right")
+    for label, row in report["tracks"].items():
+        table.add_row(label, *_vllm_cells(row))
+    reuse = report["prefix_reuse"]
+    table.add_row(f"longer prompt, {reuse['prompt_tokens']} tokens", *_vllm_cells(reuse))
+    console.print(table)
+    console.print(
+        "vLLM counts the tokens a load was scheduled for as not computed; a chunk that did "
+        "not arrive in time is computed after all (the chunks column says what arrived)."
+    )
+
+
+def _vllm_cells(row: dict[str, Any]) -> list[str]:
+    chunks = " ".join(f"{t}×{n}" for t, n in sorted(row["chunks"].items())) or "none"
+    return [
+        f"{row['seconds']:.2f}",
+        f"{row['speedup']:.1f}x",
+        str(row["cached_tokens"]),
+        chunks,
+        "same" if row["same_text"] else "differs",
+    ]
 
 
 def _plot(report: dict[str, Any], out: Path) -> Path:
