@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import linked, netns
+from bench import harness, linked, netns
 from bench.linked import Job
 
 if TYPE_CHECKING:
@@ -46,8 +46,6 @@ COMMAND = "kvmoq bench e2e"
 WARM_DEADLINE_S = 300.0
 TRACK_DEADLINE_S = linked.MAX_DEADLINE_S
 """Bounds a single-track load; the rule never falls back with one track to choose from."""
-LOG_WIDTH = 150
-"""Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
 SPEEDUP_GOAL = 5.0
 KL_GOAL = 0.03
 ESTIMATE_GOAL = 0.3
@@ -72,16 +70,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _bench(job: Job) -> int:
     """The benchmark proper, in this process's network namespace (the host's or ours)."""
-    from rich.console import Console
-
     from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.services import start_prefill, start_relay
     from sidecar.moqt.aio import transport
     from sidecar.moqt.aio.tls import write_certificate
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, LOG_WIDTH)
+    console = harness.console()
     try:
         with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-e2e-") as tmp:
             cert = write_certificate(Path(tmp))

@@ -38,6 +38,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         "SmolLM2 prompt KV: recompute vs load through the relay per track on loopback, "
         "and adaptive loads under tbf link limits in a network namespace",
     ),
+    "vllm": Benchmark(
+        "bench.vllm",
+        "vLLM engines with the kvmoq connector: TTFT of a long prompt recomputed vs loaded "
+        "per track and adaptively, under link limits, against vLLM's prefix cache and "
+        "ExampleConnector; throughput with hits and misses",
+    ),
     "fanout": Benchmark(
         "bench.fanout",
         "one prompt's KV to N decoders at once through one relay and through a root with "

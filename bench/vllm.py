@@ -1,0 +1,431 @@
+"""vLLM with the kvmoq connector: time to first token for a long prompt on a decode engine,
+recomputed vs loaded through the relay, beside the references a vLLM user already has.
+
+Four vLLM engines (vLLM's CPU build in `.venv-vllm`, SmolLM2-135M in bfloat16), each a
+process, with a relay and two sidecars as in a disaggregated deployment:
+
+* R, plain vLLM: the baseline, recomputing a prompt it has not seen; and its own prefix
+  cache, the same prompt again on the same engine (the local limit no transfer can beat).
+* P, the prefill engine (kvmoq connector, `kv_producer`): serves the prompt and publishes
+  its KV in every track through its sidecar.
+* D, the decode engine (kvmoq connector, `kv_consumer`, prefix cache off so every request
+  loads again): the prompt per track and adaptively (the tracks of `--tracks`, CacheGen's
+  rule, a deadline of half the recompute time), through its sidecar and the relay.
+* E, vLLM's ExampleConnector (KV as safetensors files in a local directory, prefix cache
+  off): the first request writes the files, the next ones load them; shared storage at the
+  speed of a local disk.
+
+TTFT is the engine's wall time for one request of one new token, alone in the engine. Each
+track is loaded once, untimed, before the timed loads, so the relay's cache serves them, as
+it serves every decode node after the first. Quality: D's and E's first `QUALITY_TOKENS`
+greedy positions with the whole vocabulary's log-probabilities against R's (KL of the
+next-token distribution while the texts agree). Throughput: a batch of `MIX_REQUESTS`
+prompts on D, half of them published by P, against R computing all of them.
+
+Link limits (`--limits`) shape the loopback of a network namespace every process runs in
+(bench.linked), so the relay-to-sidecar link is the limited one; D's sidecar makes one
+untimed adaptive load on each link first, as a sidecar knows its link from the loads it has
+made. LMCache, NIXL and Mooncake need CUDA and do not run on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import harness, linked, netns
+from bench.linked import Job
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sidecar.demo.children import Children
+    from sidecar.demo.nodes import SidecarNode
+    from sidecar.demo.vllm_engines import Engine, Output
+    from sidecar.moqt.aio.tls import CertificatePaths
+
+COMMAND = "kvmoq bench vllm"
+DEFAULT_TOKENS = 4096
+DEFAULT_TRACKS = "fp16,int8,ac"
+DEFAULT_LIMITS = "1gbit,100mbit"
+DTYPE = "bfloat16"
+QUALITY_TOKENS = 16
+MIX_REQUESTS = 8
+MIX_TOKENS = 1024
+PUBLISH_WAIT_S = 300.0
+SPEEDUP_GOAL = 5.0
+KL_GOAL = 0.01
+ADAPTIVE = "adaptive"
+LOOPBACK = "loopback"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    linked.add_arguments(
+        parser,
+        tokens=DEFAULT_TOKENS,
+        tracks=DEFAULT_TRACKS,
+        limits=DEFAULT_LIMITS,
+        tracks_help="tracks D loads, each alone and adaptively, on every link",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from sidecar.demo.vllm_engines import unavailable_reason
+
+    if reason := unavailable_reason():
+        raise SystemExit(f"{COMMAND}: {reason}")
+    return linked.run(Job.from_args(args, COMMAND), "bench.vllm", _bench, COMMAND)
+
+
+def _bench(job: Job) -> int:
+    """The benchmark proper, in this process's network namespace (the host's or ours)."""
+    console = harness.console()
+
+    async def measure(children: Children, cert: CertificatePaths) -> harness.Report:
+        return _measure(job, children, cert, console)
+
+    report = harness.measured("vllm", measure, (AssertionError, netns.NamespaceError))
+    if report is None:
+        return 1
+    harness.conclude(report, _goals, lambda r: _show(console, r), job.json_path)
+    if job.plot_path:
+        write_plot(report, Path(job.plot_path))
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Prompts:
+    """Pydoc windows of their own, so no engine has seen one before it is meant to."""
+
+    main: list[int]
+    fresh: list[list[int]]
+    """Prompts of the main one's length for R's timed recomputes, one per repeat."""
+    hits: list[list[int]]
+    misses: list[list[int]]
+
+    @classmethod
+    def make(cls, tokens: int, repeat: int) -> Prompts:
+        from sidecar.models.corpus import pydoc_token_ids
+
+        half = MIX_REQUESTS // 2
+        ids = pydoc_token_ids(tokens * (repeat + 1) + MIX_TOKENS * MIX_REQUESTS)
+        long = [ids[i * tokens : (i + 1) * tokens] for i in range(repeat + 1)]
+        mix = ids[tokens * (repeat + 1) :]
+        short = [mix[i * MIX_TOKENS : (i + 1) * MIX_TOKENS] for i in range(MIX_REQUESTS)]
+        return cls(long[0], long[1:], short[:half], short[half:])
+
+
+def request(
+    token_ids: list[int], tracks: tuple[str, ...] = (), *, quality: bool = False
+) -> dict[str, Any]:
+    """A timed request (one token, no log-probabilities), or a quality one (the first
+    `QUALITY_TOKENS` tokens, each with the whole vocabulary's log-probabilities)."""
+    return {
+        "token_ids": token_ids,
+        "max_tokens": QUALITY_TOKENS if quality else 1,
+        "logprobs": -1 if quality else None,
+        "tracks": list(tracks),
+    }
+
+
+def quality(reference: Output, got: Output) -> dict[str, Any]:
+    """KL(reference || got) of the next-token distributions, averaged over the positions
+    whose context the two share: up to and including the first token where they differ."""
+    import torch
+
+    agree = 0
+    while agree < len(got.token_ids) and got.token_ids[agree] == reference.token_ids[agree]:
+        agree += 1
+    positions = min(agree + 1, len(got.token_ids))
+    kls = []
+    for position in range(positions):
+        mine, theirs = got.logprobs[position], reference.logprobs[position]
+        order = sorted(theirs, key=int)
+        p = torch.tensor([theirs[t] for t in order], dtype=torch.float64)
+        q = torch.tensor([mine[t] for t in order], dtype=torch.float64)
+        kls.append(float((p.exp() * (p - q)).sum()))
+    return {"kl": sum(kls) / len(kls), "same_text": agree == len(reference.token_ids)}
+
+
+def _measure(
+    job: Job, children: Children, cert: CertificatePaths, console: Console
+) -> harness.Report:
+    from sidecar.demo.services import start_relay
+    from sidecar.demo.vllm_engines import start_engine
+
+    prompts = Prompts.make(job.tokens, job.repeat)
+    console.log(f"engine R (plain vLLM, {DTYPE}): recompute, then its own prefix cache")
+    r = start_engine(children, "engine r", "none", dtype=DTYPE)
+    # The reference first, while the prompt is new to R: its logits come from a whole
+    # prefill, as recompute's do.
+    (reference,) = r.run(request(prompts.main, quality=True)).outputs
+    recompute = [r.run(request(ids)).seconds for ids in prompts.fresh]
+    local_hit = min(r.run(request(prompts.main)).seconds for _ in range(job.repeat))
+    recompute_s = min(recompute)
+    deadline = job.deadline or recompute_s / 2
+    rows = [
+        _row("recompute", "-", recompute_s, recompute_s),
+        _row("vLLM prefix cache, same engine", "local", local_hit, recompute_s),
+    ]
+
+    console.log("relay, sidecars; engines P (kvmoq producer), D (kvmoq consumer), E (Example)")
+    relay = start_relay(children, cert)
+    sidecar_p, sidecar_d = _start_sidecars(children, relay.url, cert)
+    storage = Path(cert.cert).parent / "example-connector"
+    p, d, e = _start_engines(children, job, sidecar_p, sidecar_d, storage, deadline)
+
+    console.log("P serves the prompt and the mix's hits; its sidecar publishes them")
+    _serve(p, sidecar_p, job.tracks[0], [prompts.main, *prompts.hits])
+
+    console.log("E: the first request writes the KV files, the next ones load them")
+    e.run(request(prompts.main))
+    example_s = min(e.run(request(prompts.main)).seconds for _ in range(job.repeat))
+    (example,) = e.run(request(prompts.main, quality=True)).outputs
+    rows.append(
+        _row("vLLM ExampleConnector, local files", "disk", example_s, recompute_s)
+        | quality(reference, example)
+    )
+
+    console.log(f"D loads each track once into the relay's cache ({', '.join(job.tracks)})")
+    for track in job.tracks:
+        d.run(request(prompts.main, (track,)))
+    links: dict[str, dict[str, Any]] = {}
+    namespace = netns.Namespace(job.namespace) if job.namespace else None
+    for link in (LOOPBACK, *job.limits):
+        if link == LOOPBACK:
+            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s)
+            continue
+        assert namespace is not None
+        limit = netns.LinkLimit.parse(link)
+        with namespace.limited(limit):
+            measured = netns.loopback_rate()
+            links[link] = {"limit_bps": limit.bits_per_second, "measured_bps": measured}
+            console.log(
+                f"link limited to {link}: a bulk TCP transfer gets {measured / 1e6:.0f} Mbit/s"
+            )
+            d.run(request(prompts.main))  # D's sidecar measures the new link
+            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s)
+
+    console.log(f"throughput: {MIX_REQUESTS} prompts of {MIX_TOKENS} tokens, half of them hits")
+    mix = [request(ids) for ids in (*prompts.hits, *prompts.misses)]
+    mix_kvmoq = d.run(*mix).seconds
+    mix_recompute = r.run(*mix).seconds
+    for engine in (p, d, e, r):
+        engine.close()
+    return {
+        "model": "SmolLM2-135M",
+        "dtype": DTYPE,
+        "tokens": job.tokens,
+        "recompute_s": recompute_s,
+        "recompute_runs_s": recompute,
+        "deadline_s": deadline,
+        "rows": rows,
+        "mix": {
+            "requests": MIX_REQUESTS,
+            "tokens": MIX_TOKENS,
+            "hits": len(prompts.hits),
+            "kvmoq_s": mix_kvmoq,
+            "recompute_s": mix_recompute,
+            "speedup": mix_recompute / mix_kvmoq,
+            "requests_per_s": MIX_REQUESTS / mix_kvmoq,
+        },
+        "links": links,
+        "links_skipped": job.limits_skipped,
+        "not_run_here": "LMCache, NIXL and Mooncake need CUDA",
+    }
+
+
+def _start_sidecars(
+    children: Children, url: str, cert: CertificatePaths
+) -> tuple[SidecarNode, SidecarNode]:
+    from sidecar.demo.nodes import start_sidecar
+
+    scratch = Path(cert.cert).parent
+    return tuple(  # type: ignore[return-value]
+        start_sidecar(children, f"sidecar {name}", url, cert.cert, scratch) for name in "pd"
+    )
+
+
+def _start_engines(
+    children: Children,
+    job: Job,
+    sidecar_p: SidecarNode,
+    sidecar_d: SidecarNode,
+    storage: Path,
+    deadline: float,
+) -> tuple[Engine, Engine, Engine]:
+    """P, D and E, started side by side (each spends most of its 35 s importing)."""
+    from sidecar.demo.vllm_engines import start_engine
+
+    tracks = ",".join(job.tracks)
+    kvmoq = {"tracks": tracks, "default_track": job.tracks[0]}
+    starts = [
+        ("engine p", "kvmoq", "kv_producer", {**kvmoq, "sidecar": sidecar_p.grpc}, True),
+        ("engine d", "kvmoq", "kv_consumer",
+         {**kvmoq, "sidecar": sidecar_d.grpc, "load_deadline": deadline}, False),
+        ("engine e", "example", "kv_both", {"shared_storage_path": str(storage)}, False),
+    ]  # fmt: skip
+    with concurrent.futures.ThreadPoolExecutor(len(starts)) as pool:
+        futures = [
+            pool.submit(
+                start_engine,
+                children,
+                name,
+                connector,
+                role=role,
+                extra=extra,
+                prefix_caching=caching,
+                dtype=DTYPE,
+            )
+            for name, connector, role, extra, caching in starts
+        ]
+        p, d, e = (future.result() for future in futures)
+    return p, d, e
+
+
+def _serve(engine: Engine, sidecar: SidecarNode, track: str, prompts: list[list[int]]) -> None:
+    """`engine` prefills each prompt, one at a time; returns once `sidecar` has published
+    every one in `track`."""
+    from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
+    from sidecar.kvcache.naming import chunk_count
+
+    before = sidecar.counter("kvmoq_published_chunks").get(track, 0)
+    for ids in prompts:
+        engine.run(request(ids))
+    chunks = sum(chunk_count(len(ids), DEFAULT_CHUNK_SIZE) for ids in prompts)
+    sidecar.wait_counter("kvmoq_published_chunks", track, before + chunks, PUBLISH_WAIT_S)
+
+
+def _loads(
+    job: Job,
+    d: Engine,
+    sidecar_d: SidecarNode,
+    prompt: list[int],
+    reference: Output,
+    link: str,
+    recompute_s: float,
+) -> list[dict[str, Any]]:
+    """D's TTFT with each track alone and adaptively on `link`, the fastest of `repeat`;
+    each judged by a quality request on the same link."""
+    rows = []
+    for label in (*job.tracks, ADAPTIVE):
+        tracks = () if label == ADAPTIVE else (label,)
+        fastest, chunks = math.inf, {}
+        for _ in range(job.repeat):
+            before = sidecar_d.counter("kvmoq_loaded_chunks")
+            seconds = d.run(request(prompt, tracks)).seconds
+            if seconds < fastest:
+                fastest, chunks = seconds, sidecar_d.growth("kvmoq_loaded_chunks", before)
+        (loaded,) = d.run(request(prompt, tracks, quality=True)).outputs
+        rows.append(
+            _row(f"kvmoq {label}", link, fastest, recompute_s)
+            | {"chunks": chunks}
+            | quality(reference, loaded)
+        )
+    return rows
+
+
+def _row(method: str, link: str, ttft_s: float, recompute_s: float) -> dict[str, Any]:
+    return {
+        "method": method,
+        "link": link,
+        "ttft_s": ttft_s,
+        "speedup": recompute_s / ttft_s,
+        "kl": None,
+        "same_text": None,
+        "chunks": None,
+    }
+
+
+def _goals(report: harness.Report) -> dict[str, dict[str, Any]]:
+    loopback = [
+        row
+        for row in report["rows"]
+        if row["link"] == LOOPBACK and row["kl"] is not None and row["kl"] <= KL_GOAL
+    ]
+    best = max(loopback, key=lambda row: row["speedup"], default=None)
+    adaptive = {
+        row["link"]: row["ttft_s"] for row in report["rows"] if row["method"] == f"kvmoq {ADAPTIVE}"
+    }
+    return {
+        "ttft_speedup": {
+            "goal": f">= {SPEEDUP_GOAL:.0f}x recompute on loopback at KL <= {KL_GOAL}",
+            "best": best and best["method"],
+            "speedup": best and best["speedup"],
+            "met": best is not None and best["speedup"] >= SPEEDUP_GOAL,
+        },
+        "adaptive_never_worse": {
+            "goal": "adaptive TTFT <= recompute on every link",
+            "ttft_s": adaptive,
+            "met": bool(adaptive) and max(adaptive.values()) <= report["recompute_s"],
+        },
+    }
+
+
+def _show(console: Console, report: harness.Report) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"vLLM, {report['model']} {report['dtype']}, {report['tokens']}-token pydoc "
+        f"prompt: time to first token on D (recompute {report['recompute_s']:.2f} s, "
+        f"adaptive deadline {report['deadline_s']:.2f} s)"
+    )
+    for column in ("method", "link", "TTFT s", "vs recompute", "KL", "same text", "chunks"):
+        table.add_column(column, justify="right")
+    for row in report["rows"]:
+        chunks = " ".join(f"{t}×{n}" for t, n in sorted((row["chunks"] or {}).items()))
+        table.add_row(
+            row["method"],
+            row["link"],
+            f"{row['ttft_s']:.2f}",
+            f"{row['speedup']:.1f}x",
+            "-" if row["kl"] is None else f"{row['kl']:.1e}",
+            "-" if row["same_text"] is None else ("yes" if row["same_text"] else "no"),
+            chunks or "-",
+        )
+    console.print(table)
+    mix = report["mix"]
+    console.print(
+        f"Throughput, {mix['requests']} prompts of {mix['tokens']} tokens, {mix['hits']} "
+        f"published: D {mix['kvmoq_s']:.2f} s ({mix['requests_per_s']:.2f} requests/s), R "
+        f"recomputing all {mix['recompute_s']:.2f} s: {mix['speedup']:.2f}x"
+    )
+    for label, link in report["links"].items():
+        console.print(
+            f"Link {label}: a bulk TCP transfer got {link['measured_bps'] / 1e6:.0f} Mbit/s"
+        )
+    if report["links_skipped"]:
+        console.print(f"Link limits skipped: {report['links_skipped']}.")
+    console.print(f"Not run here: {report['not_run_here']}.")
+    for name, goal in report["goals"].items():
+        console.print(f"Goal {name} ({goal['goal']}): {'met' if goal['met'] else 'NOT met'}")
+
+
+def write_plot(report: harness.Report, path: Path) -> None:
+    """TTFT of every row against the recompute line; time is logarithmic (a prefix cache hit
+    is 20x faster than a recompute)."""
+    from sidecar.demo.plot import bars, png
+
+    rows = report["rows"]
+    labels = [f"{row['method'].removeprefix('vLLM ')}\n{row['link']}" for row in rows]
+    notes = ["" if row["kl"] is None else f"KL {row['kl']:.0e}" for row in rows]
+    with png(path, (max(7.0, 0.8 * len(rows)), 4.5), dpi=110) as axes:
+        bars(axes, labels, {"TTFT": [row["ttft_s"] for row in rows]}, {"TTFT": notes})
+        axes.axhline(report["recompute_s"], color="black", linestyle="--", label="recompute")
+        axes.set_yscale("log")
+        axes.set_ylabel("seconds to the first token")
+        axes.tick_params(axis="x", labelsize=6)
+        axes.set_title(
+            f"vLLM on CPU, {report['model']}, {report['tokens']}-token prompt", fontsize=10
+        )
+        axes.legend(fontsize=8)
+
+
+if __name__ == "__main__":
+    # The process `linked.run` starts inside the network namespace.
+    sys.exit(_bench(Job.from_json(sys.argv[1])))

@@ -1,0 +1,65 @@
+"""`kvmoq bench vllm` at a tiny size: four real vLLM engines, two sidecars and a relay, no
+link limits; its JSON, its goals and its plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.demo.vllm_engines import unavailable_reason
+from tests.bench.bench_run import run_bench
+from tests.bench.test_plots import assert_png
+
+pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.timeout(900)]
+
+TOKENS = 512
+TRACKS = ("fp16", "int8")
+DEADLINE_S = 60
+"""Loads this short are done long before; half the recompute time (0.4 s at this size) would
+have the deadline rule refuse the fp16 load on a busy machine, and this test is about the
+figures, not the rule."""
+
+
+def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    report_path, plot_path = tmp_path / "vllm.json", tmp_path / "vllm.png"
+    run = run_bench(
+        "vllm",
+        report_path,
+        "--tokens", str(TOKENS), "--tracks", ",".join(TRACKS), "--limits", "none",
+        "--repeat", "1", "--deadline", str(DEADLINE_S), "--plot", str(plot_path),
+        timeout=900,
+    )  # fmt: skip
+    report = run.report
+
+    assert report["tokens"] == TOKENS and report["recompute_s"] > 0
+    rows = {(row["method"], row["link"]): row for row in report["rows"]}
+    kvmoq = [(f"kvmoq {label}", "loopback") for label in (*TRACKS, "adaptive")]
+    assert set(rows) == {
+        ("recompute", "-"),
+        ("vLLM prefix cache, same engine", "local"),
+        ("vLLM ExampleConnector, local files", "disk"),
+        *kvmoq,
+    }
+    for row in report["rows"]:
+        assert row["speedup"] == pytest.approx(report["recompute_s"] / row["ttft_s"])
+    for key in kvmoq:
+        row = rows[key]
+        # Every chunk arrived (the prompt is 4 chunks).
+        assert sum(row["chunks"].values()) == TOKENS // 128, row
+        assert 0 <= row["kl"] < 0.05, row
+    assert rows[("kvmoq fp16", "loopback")]["chunks"] == {"fp16": TOKENS // 128}
+    assert rows[("kvmoq int8", "loopback")]["chunks"] == {"int8": TOKENS // 128}
+    mix = report["mix"]
+    assert mix["requests"] == 8 and mix["hits"] == 4
+    assert mix["speedup"] == pytest.approx(mix["recompute_s"] / mix["kvmoq_s"])
+    goals = report["goals"]
+    assert goals["adaptive_never_worse"]["met"] == (
+        rows[("kvmoq adaptive", "loopback")]["ttft_s"] <= report["recompute_s"]
+    )
+    assert report["links"] == {} and report["links_skipped"] == "--limits none"
+    assert "ExampleConnector" in run.result.stdout and "Goal" in run.result.stdout
+    assert_png(plot_path)
+    assert run.leftovers() == []
