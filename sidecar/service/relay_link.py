@@ -154,7 +154,9 @@ class RelayLink:
         self._announced.add(namespace)
         try:
             await session.publish_namespace(namespace)
-        except (ConnectionError, MoqtApiError) as exc:
+        except (ConnectionError, MoqtApiError, UsageError) as exc:
+            # UsageError: the session ended before this link saw it; the next one announces
+            # every published namespace, so a Publish must not fail for it (it did, once).
             log.warning("announce_failed", error=str(exc))
 
     def withdraw(self, namespace: tuple[bytes, ...]) -> None:
