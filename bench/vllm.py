@@ -138,18 +138,20 @@ def quality(reference: Output, got: Output) -> dict[str, Any]:
     whose context the two share: up to and including the first token where they differ."""
     import torch
 
+    from sidecar.models.quality import mean_kl
+
     agree = 0
     while agree < len(got.token_ids) and got.token_ids[agree] == reference.token_ids[agree]:
         agree += 1
-    positions = min(agree + 1, len(got.token_ids))
-    kls = []
-    for position in range(positions):
-        mine, theirs = got.logprobs[position], reference.logprobs[position]
-        order = sorted(theirs, key=int)
-        p = torch.tensor([theirs[t] for t in order], dtype=torch.float64)
-        q = torch.tensor([mine[t] for t in order], dtype=torch.float64)
-        kls.append(float((p.exp() * (p - q)).sum()))
-    return {"kl": sum(kls) / len(kls), "same_text": agree == len(reference.token_ids)}
+    positions = range(min(agree + 1, len(got.token_ids)))
+    vocabulary = sorted(reference.logprobs[0], key=int)
+
+    def log_probs(output: Output) -> torch.Tensor:
+        rows = [[output.logprobs[at][token] for token in vocabulary] for at in positions]
+        return torch.tensor(rows, dtype=torch.float64)
+
+    kl = mean_kl(log_probs(reference), log_probs(got))
+    return {"kl": kl, "same_text": agree == len(reference.token_ids)}
 
 
 def _measure(

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv import cache_from_kv, extract_kv, forward_with_kv, kv_from_cache
+from sidecar.models.quality import mean_kl
 from sidecar.transfer.subscriber import KVSubscriber, LoadResult
 
 SCORED_TOKENS = 64
@@ -107,9 +108,7 @@ def recompute(
 
 def _agreement(reference: torch.Tensor, logits: torch.Tensor) -> tuple[float, float]:
     """Mean KL(p_ref || p) over positions and top-1 agreement."""
-    ref_log = F.log_softmax(reference.float(), dim=-1)
-    log = F.log_softmax(logits.float(), dim=-1)
-    kl = F.kl_div(log, ref_log, log_target=True, reduction="batchmean").item()
+    kl = mean_kl(F.log_softmax(reference.float(), dim=-1), F.log_softmax(logits.float(), dim=-1))
     top1 = (reference.argmax(-1) == logits.argmax(-1)).float().mean().item()
     return max(kl, 0.0), top1
 

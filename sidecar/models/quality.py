@@ -78,9 +78,17 @@ def _reference(text: str, context: int, score: int) -> _Reference:
     )
 
 
+def mean_kl(reference_log_probs: torch.Tensor, log_probs: torch.Tensor) -> float:
+    """KL(p_ref || p) of `[positions, vocab]` next-token log-probabilities, averaged over
+    positions: the one measure of drift that the quality harness, the demo and the vLLM
+    bench all report, so their figures compare."""
+    kl = torch.sum(reference_log_probs.exp() * (reference_log_probs - log_probs), dim=-1)
+    return kl.mean().item()
+
+
 def _score(log_probs: torch.Tensor, ref: _Reference) -> Quality:
     nll = -log_probs.gather(1, ref.targets[:, None]).mean().item()
-    kl = torch.sum(ref.log_probs.exp() * (ref.log_probs - log_probs), dim=-1).mean().item()
+    kl = mean_kl(ref.log_probs, log_probs)
     top1 = (log_probs.argmax(dim=-1) == ref.top1).float().mean().item()
     return Quality(ppl=math.exp(nll), kl=kl, top1=top1)
 

@@ -88,13 +88,15 @@ def main() -> None:
 def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
     from vllm import SamplingParams
 
+    from kvmoq_client.vllm.scheduler import TRACKS_PARAM
+
     prompts = [{"prompt_token_ids": r["token_ids"]} for r in batch]
     params = [
         SamplingParams(
             temperature=0,
             max_tokens=r["max_tokens"],
             logprobs=r.get("logprobs", DEFAULT_LOGPROBS),
-            extra_args={"kv_transfer_params": {"kvmoq_tracks": r["tracks"]}}
+            extra_args={"kv_transfer_params": {TRACKS_PARAM: r["tracks"]}}
             if r.get("tracks")
             else None,
         )
