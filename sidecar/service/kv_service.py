@@ -56,9 +56,20 @@ from sidecar.transfer.subscriber import (
 
 log = get_logger(__name__)
 
+FINISH_MARGIN_S = 0.2
+FINISH_MARGIN_SHARE = 0.1
+"""What a bounded step leaves of its bound for reporting how it ended: 0.2 s, or a tenth
+of a shorter bound (a few ms do on a local socket)."""
+
 RESUME_POLL_S = 0.1
 """How often a load whose session was lost looks whether the link has seen it end, and then
 whether the prompt is published again."""
+
+
+def within(seconds: float) -> float:
+    """The part of a `seconds` bound that work inside it may plan for: the rest is left for
+    saying how it ended, before whoever set the bound gives up on it."""
+    return seconds - min(FINISH_MARGIN_S, FINISH_MARGIN_SHARE * seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +394,10 @@ class KVService:
         local = self._local.lookup(buffers.model, token_ids)
         # A hard bound too: the subscriber's rule plans chunks inside the deadline, but a
         # relay gone silent can hold a request past it, and the client must still get
-        # LoadFinished (what was written) before its own deadline.
+        # LoadFinished (what was written) before its own deadline. The subscriber's own
+        # deadline comes a margin earlier (`within`), so a load merely out of time ends
+        # through it, which reports the chunks it wrote, not by this bound's cancellation,
+        # which loses them.
         budget = asyncio.timeout(deadline)
         try:
             if local is not None:
@@ -441,7 +455,7 @@ class KVService:
         `RESUME_POLL_S` (and not recorded, so that a deadline met meanwhile says RELAY_GONE)."""
         first_chunk = 0
         loop = asyncio.get_running_loop()
-        end = loop.time() + deadline
+        end = loop.time() + within(deadline)
         lost: KVSubscriber | None = None
         while True:
             subscriber = await self.link.subscriber_when_up()

@@ -32,7 +32,7 @@ from sidecar.service.errors import (
     RequestError,
     Unavailable,
 )
-from sidecar.service.kv_service import KVService, LoadOutcome
+from sidecar.service.kv_service import KVService, LoadOutcome, within
 from sidecar.tensors.errors import HandleError, HandleUnavailable, InvalidHandle
 from sidecar.tensors.handles import TensorHandle
 from sidecar.transfer.subscriber import StopReason
@@ -48,12 +48,6 @@ _STATUS = {
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
-FINISH_MARGIN_S = 0.2
-FINISH_MARGIN_SHARE = 0.1
-"""Of a call's gRPC deadline, what the load leaves for LoadFinished to reach the client
-(0.2 s, or a tenth of a shorter deadline: a few ms do on a local socket): a load planned
-to the deadline itself would race it and end in DEADLINE_EXCEEDED with no word of what
-was written."""
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -147,7 +141,9 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
             budgets.append(request.deadline.ToNanoseconds() / 1e9 - time.time())
         remaining = context.time_remaining()
         if remaining is not None:
-            budgets.append(remaining - min(FINISH_MARGIN_S, FINISH_MARGIN_SHARE * remaining))
+            # A load planned to the call's deadline itself would race it and end in
+            # DEADLINE_EXCEEDED with no word of what was written.
+            budgets.append(within(remaining))
         return min(budgets) if budgets else self.service.settings.load_seconds
 
 

@@ -308,6 +308,56 @@ def test_sigterm_drains_running_loads_then_exits(cert: CertificatePaths, shm: Pa
 
 
 @pytest.mark.slow
+def test_a_load_out_of_time_mid_way_accounts_for_every_chunk_it_wrote(
+    cert: CertificatePaths, shm: Path
+) -> None:
+    """The relay goes silent after the first chunks and the load runs out of time: it ends
+    DEADLINE through the subscriber's own deadline, a margin before the hard bound, so its
+    LoadFinished and the metrics count the chunks it wrote and their bytes, not only their
+    positions. (Ended by the hard bound instead, a load lost that account: the vLLM bench
+    read such loads at 100 Mbit/s as no chunk at all.)"""
+    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
+
+    big = KVLayout(num_layers=8, num_kv_heads=4, head_dim=64, dtype="float16")
+    prompt = list(range(30_000, 32_048))  # 128 chunks of 16
+    kv = synthetic_kv(big, len(prompt), seed=5)
+    flags = ("--chunk-size", "16")
+    every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+    with (
+        running_relay(cert) as relay,
+        running_sidecar(relay.url, cert, *flags) as prefill,
+        running_sidecar(relay.url, cert, *flags, *PATIENT) as decoder,
+        shm_directory() as own,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        prefill.wait_ready()
+        decoder.wait_ready()
+        publish_whole(prefill, MODEL, big, kv, prompt, shm, tracks=["fp16"])
+        destination = ContiguousKV(big, max_tokens=len(prompt), directory=own)
+        set_id = decoder.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        request = pb.LoadRequest(
+            buffer_set_id=set_id, token_ids=prompt, destination=every_token, tracks=["fp16"]
+        )
+        call = decoder.stub.Load(request, timeout=4)
+        first = next(call)
+        assert first.HasField("chunk_loaded")
+        rest: Future[list[pb.LoadProgress]] = pool.submit(list, call)
+        with frozen(relay):
+            messages = [first, *rest.result(timeout=30)]
+        *progress, last = messages
+        finished = last.finished
+        written = sum(m.chunk_loaded.tokens.end - m.chunk_loaded.tokens.start for m in progress)
+        assert finished.stop_reason == pb.STOP_REASON_DEADLINE, finished
+        assert 0 < written < len(prompt)
+        assert spans(finished.loaded) == [(0, written)]
+        assert torch.equal(destination.get(0, written), kv[:, :, :written])
+        assert finished.track_bytes["fp16"] >= written * big.fp16_bytes_per_token
+        assert decoder.metric("kvmoq_loaded_chunks_total", track="fp16") == len(progress)
+        logged = decoder.wait_log("load_finished", stop="deadline")
+        assert logged["loaded"] == [[0, written]]
+
+
+@pytest.mark.slow
 def test_a_load_stuck_on_a_silent_relay_still_ends_with_load_finished(
     cert: CertificatePaths, shm: Path
 ) -> None:
