@@ -109,6 +109,8 @@ class LoadOutcome:
     stop: StopReason
     loaded: tuple[range, ...]
     """Maximal ranges of token positions written; nothing else was touched."""
+    held: int = 0
+    """Leading tokens the model server said it holds: in place, not loaded."""
     prompt: PromptName | None = None
     available: int = 0
     chunks: tuple[LoadedChunk, ...] = ()
@@ -124,7 +126,7 @@ class LoadOutcome:
 
     @property
     def prefix_tokens(self) -> int:
-        return leading_tokens(self.loaded)
+        return leading_tokens(contiguous_spans((range(self.held), *self.loaded)))
 
     @property
     def compute_tokens(self) -> int:
@@ -327,10 +329,18 @@ class KVService:
         destination: Placement,
         deadline: float,
         tracks: Sequence[str] = (),
+        held: int = 0,
     ) -> AsyncIterator[LoadEvent]:
-        """Each chunk as it is written, then the outcome; `deadline` in seconds from now."""
+        """Each chunk as it is written, then the outcome; `deadline` in seconds from now.
+        The load starts at the chunk that holds token `held`: the model server has the KV
+        of the tokens before it."""
         buffers = self._request(set_id, token_ids)
         buffers.check(destination, len(token_ids))
+        if not 0 <= held < len(token_ids):
+            raise InvalidArgument(
+                f"held_tokens is {held} of {len(token_ids)} tokens: a load brings at least"
+                " the last one"
+            )
         if deadline <= 0:
             raise DeadlineExceeded(f"the deadline passed {-deadline:.3f} s before the load")
         for track in tracks:
@@ -347,6 +357,7 @@ class KVService:
                 destination,
                 deadline,
                 tuple(tracks) or QUALITY_ORDER,
+                held,
                 events.put_nowait,
             )
         )
@@ -372,6 +383,7 @@ class KVService:
         destination: Placement,
         deadline: float,
         quality_order: tuple[str, ...],
+        held: int,
         emit: Callable[[LoadEvent | Exception], None],
     ) -> None:
         clock = asyncio.get_running_loop().time
@@ -401,13 +413,13 @@ class KVService:
         budget = asyncio.timeout(deadline)
         try:
             if local is not None:
-                stop = self._load_local(local, write)
+                stop = self._load_local(local, write, held)
             elif self.link.subscriber is None:
                 stop = StopReason.RELAY_GONE
             else:
                 async with budget:
                     await self._load_resuming(
-                        buffers, token_ids, write, deadline, quality_order, results
+                        buffers, token_ids, write, deadline, quality_order, held, results
                     )
                 stop = results[-1].stopped
         except asyncio.CancelledError:
@@ -431,7 +443,14 @@ class KVService:
                 prompt, available = result.prompt, result.available
             chunks, rejected = chunks + result.loaded, rejected + result.rejected
         outcome = LoadOutcome(
-            len(token_ids), stop, contiguous_spans(written), prompt, available, chunks, rejected
+            len(token_ids),
+            stop,
+            contiguous_spans(written),
+            held,
+            prompt,
+            available,
+            chunks,
+            rejected,
         )
         self._account(outcome, clock() - started)
         emit(outcome)
@@ -443,17 +462,19 @@ class KVService:
         write: KVSink,
         deadline: float,
         quality_order: tuple[str, ...],
+        held: int,
         results: list[LoadResult],
     ) -> None:
-        """Load through the relay session; when it is lost mid-load, wait for the link to
-        reconnect and go on from the first chunk not yet written, until a load ends for
-        another reason (bound it from outside: the deadline). `results` gets each session's
-        result, the last one saying why the load ended.
+        """Load through the relay session from the chunk that holds token `held`; when the
+        session is lost mid-load, wait for the link to reconnect and go on from the first
+        chunk not yet in place, until a load ends for another reason (bound it from
+        outside: the deadline). `results` gets each session's result, the last one saying
+        why the load ended.
 
         A relay that restarted knows no prompt until their publishers have reconnected and
         announced them again, so after a loss NOT_FOUND means "not yet": tried again every
         `RESUME_POLL_S` (and not recorded, so that a deadline met meanwhile says RELAY_GONE)."""
-        first_chunk = 0
+        first_chunk = held // self.link.chunk_size
         loop = asyncio.get_running_loop()
         end = loop.time() + within(deadline)
         lost: KVSubscriber | None = None
@@ -479,14 +500,14 @@ class KVService:
             results.append(result)
             if result.stopped is not StopReason.RELAY_GONE or not subscriber.session.closed:
                 return
-            loaded = [chunk.tokens for r in results for chunk in r.loaded]
-            first_chunk = leading_tokens(contiguous_spans(loaded)) // subscriber.chunk_size
+            in_place = [range(held), *(chunk.tokens for r in results for chunk in r.loaded)]
+            first_chunk = leading_tokens(contiguous_spans(in_place)) // self.link.chunk_size
             log.info("load_resuming", first_chunk=first_chunk)
             lost = subscriber
 
-    def _load_local(self, match: PrefixMatch, write: KVSink) -> StopReason:
+    def _load_local(self, match: PrefixMatch, write: KVSink, held: int) -> StopReason:
         kv = self._local_kv[match.prompt.namespace()]
-        for span in chunk_ranges(match.tokens, match.chunk_size):
+        for span in chunk_ranges(match.tokens, match.chunk_size)[held // match.chunk_size :]:
             write(span, kv[:, :, span.start : span.stop])
         return StopReason.COMPLETE
 

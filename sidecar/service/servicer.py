@@ -115,6 +115,7 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
                     messages.placement(request.destination, "destination"),
                     self._deadline(request, context),
                     request.tracks,
+                    request.held_tokens,
                 )
             )
             async with events as progress:

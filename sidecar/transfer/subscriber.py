@@ -94,11 +94,11 @@ class StopReason(enum.Enum):
 
 
 def contiguous_spans(spans: Iterable[range]) -> tuple[range, ...]:
-    """Token ranges as maximal contiguous ranges, in order."""
+    """Token ranges as maximal contiguous ranges, in order (overlapping ones merge)."""
     joined: list[range] = []
     for span in sorted(spans, key=lambda s: s.start):
-        if joined and joined[-1].stop == span.start:
-            joined[-1] = range(joined[-1].start, span.stop)
+        if joined and joined[-1].stop >= span.start:
+            joined[-1] = range(joined[-1].start, max(joined[-1].stop, span.stop))
         else:
             joined.append(span)
     return tuple(joined)
@@ -356,7 +356,7 @@ class KVSubscriber:
             return LoadResult(None, 0, (), (), StopReason.NOT_FOUND)
         try:
             shared = share.chunks(source.chunks)
-            chunks = range(max(shared.start, first_chunk), shared.stop)
+            chunks = range(min(max(shared.start, first_chunk), shared.stop), shared.stop)
             return await _Load(self, source, chunks, destination, end, quality_order).run()
         finally:
             await self._feeds.release(source.feed)

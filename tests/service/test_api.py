@@ -396,3 +396,16 @@ def test_a_prompt_published_here_loads_from_this_sidecars_memory(
     loaded = destination.gather(ids, len(query))
     assert torch.equal(loaded[:, :, :32], kv[:, :, :32].to(LAYOUT.torch_dtype))  # not int4
     assert not loaded[:, :, 32:].any()
+    # Holding the first chunk: only the second is copied.
+    fresh = PagedKV(LAYOUT, 8, 16, Path(tempfile.mkdtemp(dir=shm)))
+    fresh_id = sidecar.stub.RegisterBuffers(fresh.request(MODEL)).buffer_set_id
+    chunks, finished = load(
+        sidecar.stub,
+        pb.LoadRequest(
+            buffer_set_id=fresh_id, token_ids=query, destination=blocks(*ids), held_tokens=16
+        ),
+        timeout=60,
+    )
+    assert [(c.tokens.start, c.tokens.end) for c in chunks] == [(16, 32)]
+    assert (finished.prefix_tokens, finished.compute_tokens) == (32, 3)
+    assert not fresh.gather(ids, len(query))[:, :, :16].any()

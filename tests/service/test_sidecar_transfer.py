@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from tempfile import mkdtemp
 
+import grpc
 import pytest
 import torch
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -107,6 +109,36 @@ def test_kv_published_by_one_sidecar_loads_bit_exact_through_another(
         assert decode.metric("kvmoq_cache_lookups_total", result="hit") == 2
         published_lines = [e for e in prefill.logs() if e.get("request_id") == "publish-1"]
         assert {"prompt_published"} <= {e["event"] for e in published_lines}
+
+        # A model server that holds the first 20 tokens itself (its own prefix cache): the
+        # load starts at the chunk that holds token 20 and leaves the first chunk untouched.
+        def load_holding(held: int) -> tuple[list[pb.ChunkLoaded], pb.LoadFinished, torch.Tensor]:
+            """A load into fresh buffers: what it reported and what it wrote."""
+            fresh = PagedKV(LAYOUT, block_size=8, num_blocks=16, directory=Path(mkdtemp(dir=shm)))
+            set_id = decode.stub.RegisterBuffers(fresh.request(MODEL)).buffer_set_id
+            every_block = pb.KVLocation(blocks=pb.BlockList(block_ids=list(range(9))))
+            request = pb.LoadRequest(
+                buffer_set_id=set_id, token_ids=query, destination=every_block, held_tokens=held
+            )
+            chunks, finished = load(decode.stub, request, timeout=60)
+            return chunks, finished, fresh.gather(list(range(9)), len(query))
+
+        chunks, finished, written = load_holding(20)
+        assert [(c.tokens.start, c.tokens.end) for c in chunks] == [(16, 32), (32, 48)]
+        assert spans(finished.loaded) == [(16, 48)]
+        assert (finished.prefix_tokens, finished.compute_tokens) == (48, 22)
+        assert torch.equal(written[:, :, 16:48], kv[:, :, 16:48])
+        assert not written[:, :, :16].any() and not written[:, :, 48:].any()
+        assert decode.metric("kvmoq_loaded_chunks_total", track="fp16") == 5
+        # Holding more than the relay has: nothing to fetch, and the held tokens still count.
+        chunks, finished, written = load_holding(60)
+        assert (chunks, spans(finished.loaded), written.any().item()) == ([], [], False)
+        assert (finished.prefix_tokens, finished.compute_tokens) == (60, 10)
+        assert finished.stop_reason == pb.STOP_REASON_COMPLETE
+        with pytest.raises(grpc.RpcError) as refused:
+            load_holding(len(query))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "held_tokens" in (refused.value.details() or "")
 
 
 @pytest.mark.slow

@@ -172,6 +172,20 @@ def test_a_chunk_that_fails_verification_is_recomputed(
     assert recovered and f"({LOADED - corrupt * CHUNK} tokens affected)" in recovered[-1]
 
 
+def test_blocks_in_vllms_own_prefix_cache_are_not_fetched_again(stack: Stack) -> None:
+    """D holds the first 512 tokens in its own prefix cache (it loaded a shorter prompt):
+    for a longer prompt the relay has, it fetches only the chunks after them."""
+    short, ids = prompt(13, 4 * CHUNK), prompt(13)
+    _, served = served_by_p(stack, short, ids)
+    # Loaded (so not published again by D) up to its last token's block, then cached.
+    assert generate(stack.d, short, "fp16").cached_tokens == 3 * CHUNK
+    before = stack.sidecar_d.counter("kvmoq_loaded_chunks")
+    loaded = generate(stack.d, ids, "fp16")
+    assert loaded.cached_tokens == LOADED
+    assert stack.sidecar_d.growth("kvmoq_loaded_chunks", before) == {"fp16": LOADED // CHUNK - 4}
+    assert_same_greedy_text(loaded, served)
+
+
 def test_relay_killed_in_the_middle_of_a_load(stack: Stack) -> None:
     """The last test of the module: the relay does not come back. D's sidecar notices it
     within about a second, reports the chunks it verified, and vLLM recomputes the rest."""

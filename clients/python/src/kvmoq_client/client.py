@@ -124,14 +124,17 @@ class KVCacheClient(ClosesOnExit):
         *,
         tracks: Sequence[str] = (),
         timeout: float | None = None,
+        held_tokens: int = 0,
     ) -> Load:
         """Start loading the longest available prefix into `destination`.
 
         `timeout` (else the client's default) is the deadline the sidecar plans the load
         against: chunks that cannot arrive in time are left for the model server to compute.
+        `held_tokens`: leading tokens whose KV the model server has already (its own prefix
+        cache); the load starts at the chunk that holds the first token after them.
         """
         call = self._stub.Load(
-            load_request(buffer_set_id, token_ids, destination, tracks),
+            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens),
             timeout=self._timeout if timeout is None else timeout,
             wait_for_ready=self._wait_for_ready,
         )

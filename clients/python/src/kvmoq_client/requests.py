@@ -42,12 +42,14 @@ def load_request(
     token_ids: Sequence[int],
     destination: kv_cache_pb2.KVLocation,
     tracks: Sequence[str],
+    held_tokens: int = 0,
 ) -> kv_cache_pb2.LoadRequest:
     return kv_cache_pb2.LoadRequest(
         buffer_set_id=buffer_set_id,
         token_ids=list(token_ids),
         destination=destination,
         tracks=list(tracks),
+        held_tokens=held_tokens,
     )
 
 

@@ -104,16 +104,17 @@ class WorkerSide:
 
     def _load_into(self, job: LoadJob, staging: list[int]) -> list[int]:
         """The vLLM blocks written: those whose every token the sidecar reported loaded."""
+        size = self._block_size
 
         def load(set_id: str) -> kv_cache_pb2.LoadFinished:
             client = self._registration.client
             return client.load(
                 set_id, job.token_ids, paged_blocks(staging),
                 tracks=job.tracks or self._settings.tracks, timeout=self._settings.load_deadline,
+                held_tokens=job.first_block * size,
             ).wait()  # fmt: skip
 
         finished = self._registration.call(load)
-        size = self._block_size
         whole = [
             index
             for index in range(job.first_block, len(job.block_ids))
