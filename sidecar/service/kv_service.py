@@ -6,6 +6,8 @@ could drive this class directly.
 
 A prompt this sidecar published itself is loaded from its own memory: no relay routes a
 request back to the session it came from, and the bytes are the model server's own, exact.
+A query that runs past it (a longer prompt that starts with it, published elsewhere) gets
+the rest through the relay.
 
 A load's chunks are written synchronously inside the subscriber's callback, between two
 awaits, so whatever stops a load (deadline, relay gone, client gone, shutdown) stops it
@@ -300,7 +302,7 @@ class KVService:
         found = Found(None, 0, 0, self.link.url, 0.0)
         if local is not None:
             found = Found(local.prompt, local.tokens, local.tokens, "", 0.0)
-        elif subscriber is not None:
+        if subscriber is not None and found.tokens < len(token_ids):
             try:
                 availability = await subscriber.lookup(buffers.model, token_ids)
                 seconds = await subscriber.estimate(
@@ -309,14 +311,15 @@ class KVService:
             except (MoqtApiError, ConnectionError, TimeoutError) as exc:
                 log.warning("lookup_relay_gone", error=str(exc))
             else:
-                found = Found(
-                    availability.prompt,
-                    availability.tokens,
-                    availability.ready_tokens,
-                    self.link.url,
-                    seconds,
-                    availability.withdrawn,
-                )
+                if availability.tokens > found.tokens:  # a longer prompt the query extends
+                    found = Found(
+                        availability.prompt,
+                        availability.tokens,
+                        availability.ready_tokens,
+                        self.link.url,
+                        seconds,
+                        availability.withdrawn,
+                    )
         self.metrics.lookups.labels("hit" if found.tokens else "miss").inc()
         return found
 
@@ -412,16 +415,21 @@ class KVService:
         # which loses them.
         budget = asyncio.timeout(deadline)
         try:
+            # What this sidecar published itself comes from its memory; the relay may have a
+            # longer prompt (the query extends it), to load the rest from.
+            stop = StopReason.RELAY_GONE
+            start = held
             if local is not None:
                 stop = self._load_local(local, write, held)
-            elif self.link.subscriber is None:
-                stop = StopReason.RELAY_GONE
-            else:
+                start = max(held, local.tokens)
+            if self.link.subscriber is not None and start < len(token_ids):
                 async with budget:
                     await self._load_resuming(
-                        buffers, token_ids, write, deadline, quality_order, held, results
+                        buffers, token_ids, write, deadline, quality_order, start, results
                     )
-                stop = results[-1].stopped
+                further = results[-1].stopped
+                if local is None or further is not StopReason.NOT_FOUND:
+                    stop = further
         except asyncio.CancelledError:
             stop = StopReason.CANCELLED
         except TimeoutError:
@@ -439,7 +447,7 @@ class KVService:
         chunks: tuple[LoadedChunk, ...] = ()
         rejected: tuple[RejectedChunk, ...] = ()
         for result in results:
-            if result.prompt is not None:
+            if result.prompt is not None and result.available > available:
                 prompt, available = result.prompt, result.available
             chunks, rejected = chunks + result.loaded, rejected + result.rejected
         outcome = LoadOutcome(

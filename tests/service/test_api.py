@@ -409,3 +409,33 @@ def test_a_prompt_published_here_loads_from_this_sidecars_memory(
     assert [(c.tokens.start, c.tokens.end) for c in chunks] == [(16, 32)]
     assert (finished.prefix_tokens, finished.compute_tokens) == (32, 3)
     assert not fresh.gather(ids, len(query))[:, :, :16].any()
+
+
+@pytest.mark.slow
+def test_a_query_that_extends_a_prompt_published_here_loads_the_rest_through_the_relay(
+    sidecar: SidecarProcess, peer: SidecarProcess, shm: Path
+) -> None:
+    """This sidecar published a prompt's first two chunks, the peer the whole prompt: the
+    lookup finds the peer's, longer, and a load takes the first two chunks from this
+    sidecar's memory and only the other two through the relay."""
+    from tests.service.sidecar_proc import publish_whole, synthetic_kv
+
+    def own() -> Path:
+        return Path(tempfile.mkdtemp(dir=shm))
+
+    longer = list(range(900, 964))  # 4 chunks of 16
+    kv = synthetic_kv(LAYOUT, len(longer), seed=9)
+    publish_whole(sidecar, MODEL, LAYOUT, kv[:, :, :32], longer[:32], own(), tracks=["fp16"])
+    published = publish_whole(peer, MODEL, LAYOUT, kv, longer, own(), tracks=["fp16"])
+    destination = ContiguousKV(LAYOUT, max_tokens=64, directory=own())
+    set_id = sidecar.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+    found = sidecar.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=longer))
+    assert (found.available_tokens, found.prompt_id) == (64, published.prompt_id)
+    fetched = sidecar.metric("kvmoq_loaded_chunks_total", track="fp16")
+    request = pb.LoadRequest(buffer_set_id=set_id, token_ids=longer, destination=token_range(0, 64))
+    chunks, finished = load(sidecar.stub, request, timeout=60)
+    assert [c.tokens.start for c in chunks] == [0, 16, 32, 48]
+    assert (spans(finished.loaded), finished.stop_reason) == ([(0, 64)], pb.STOP_REASON_COMPLETE)
+    assert (finished.prompt_id, finished.available_tokens) == (published.prompt_id, 64)
+    assert torch.equal(destination.get(0, 64), kv)
+    assert sidecar.metric("kvmoq_loaded_chunks_total", track="fp16") == fetched + 2
