@@ -9,7 +9,9 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -23,6 +25,7 @@ from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 from tests.service.sidecar_proc import (
+    ContiguousKV,
     PagedKV,
     SidecarProcess,
     load,
@@ -66,6 +69,70 @@ def frozen(relay: RelayProcess) -> Iterator[None]:
         yield
     finally:
         os.kill(relay.process.pid, signal.SIGCONT)
+
+
+BIG = KVLayout(num_layers=8, num_kv_heads=4, head_dim=64, dtype="float16")
+BIG_PROMPT = 2048
+"""Tokens of a prompt loaded in 128 chunks of 16: a few hundred FETCHes, long enough to
+interrupt after the first."""
+
+
+@dataclass
+class LoadUnderWay:
+    """A big prompt published by one sidecar and being loaded by another, one chunk in."""
+
+    relay: RelayProcess
+    decoder: SidecarProcess
+    kv: torch.Tensor
+    destination: ContiguousKV
+    first: pb.LoadProgress
+    rest: Future[list[pb.LoadProgress]]
+
+    def messages(self, timeout: float) -> list[pb.LoadProgress]:
+        """Every message of the load, LoadFinished last."""
+        return [self.first, *self.rest.result(timeout=timeout)]
+
+
+@contextmanager
+def a_big_load_under_way(
+    cert: CertificatePaths,
+    shm: Path,
+    seed: int,
+    *,
+    port: int | None = None,
+    prefill_flags: tuple[str, ...] = (),
+    decoder_flags: tuple[str, ...] = (),
+    timeout: float = 60,
+    **request: Any,
+) -> Iterator[LoadUnderWay]:
+    """A relay (on `port`), a prefill sidecar that publishes a `BIG_PROMPT`-token prompt in
+    fp16, and a decoder sidecar whose Load of it (more LoadRequest fields in `request`,
+    `timeout` the call's) has just written its first chunk."""
+    from tests.service.sidecar_proc import publish_whole, synthetic_kv
+
+    prompt = list(range(seed * 10_000, seed * 10_000 + BIG_PROMPT))
+    kv = synthetic_kv(BIG, len(prompt), seed=seed)
+    flags = ("--chunk-size", "16")
+    every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+    with (
+        running_relay(cert, port=port) as relay,
+        running_sidecar(relay.url, cert, *flags, *prefill_flags) as prefill,
+        running_sidecar(relay.url, cert, *flags, *decoder_flags) as decoder,
+        shm_directory() as own,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        prefill.wait_ready()
+        decoder.wait_ready()
+        publish_whole(prefill, MODEL, BIG, kv, prompt, shm, tracks=["fp16"])
+        destination = ContiguousKV(BIG, max_tokens=len(prompt), directory=own)
+        set_id = decoder.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        load_request = pb.LoadRequest(
+            buffer_set_id=set_id, token_ids=prompt, destination=every_token, **request
+        )
+        call = decoder.stub.Load(load_request, timeout=timeout)
+        first = next(call)
+        assert first.HasField("chunk_loaded")
+        yield LoadUnderWay(relay, decoder, kv, destination, first, pool.submit(list, call))
 
 
 def read_until_error(
@@ -212,46 +279,23 @@ def test_a_load_resumes_where_it_was_when_the_relay_dies_and_comes_back(
     sidecar announces its prompt again, and the load ends COMPLETE, every byte exact, inside
     its deadline. Had the relay not come back, it would end RELAY_GONE with exactly what was
     verified (test_a_relay_that_stops_answering_is_noticed_in_about_a_second)."""
-    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
-
-    big = KVLayout(num_layers=8, num_kv_heads=4, head_dim=64, dtype="float16")
-    prompt = list(range(20_000, 22_048))  # 128 chunks of 16: a few hundred FETCHes
-    kv = synthetic_kv(big, len(prompt), seed=4)
     port = free_udp_port()
-    flags = ("--chunk-size", "16")
-    every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
-    with (
-        running_relay(cert, port=port) as relay,
-        running_sidecar(relay.url, cert, *flags, "--relay-timeout", "3") as prefill,
-        running_sidecar(relay.url, cert, *flags) as decoder,
-        shm_directory() as own,
-        ThreadPoolExecutor(1) as pool,
-    ):
-        prefill.wait_ready()
-        decoder.wait_ready()
-        publish_whole(prefill, MODEL, big, kv, prompt, shm, tracks=["fp16"])
-        destination = ContiguousKV(big, max_tokens=len(prompt), directory=own)
-        set_id = decoder.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
-        deadline = Timestamp()
-        deadline.FromSeconds(int(time.time()) + 40)
-        request = pb.LoadRequest(
-            buffer_set_id=set_id, token_ids=prompt, destination=every_token, deadline=deadline
-        )
-        call = decoder.stub.Load(request, timeout=60)
-        first = next(call)
-        assert first.HasField("chunk_loaded")
-        rest: Future[list[pb.LoadProgress]] = pool.submit(list, call)
-        os.kill(relay.process.pid, signal.SIGSTOP)  # now, mid-load; then dead
-        os.kill(relay.process.pid, signal.SIGKILL)
-        relay.process.wait(10)
+    deadline = Timestamp()
+    deadline.FromSeconds(int(time.time()) + 40)
+    with a_big_load_under_way(
+        cert, shm, 2, port=port, prefill_flags=("--relay-timeout", "3"), deadline=deadline
+    ) as load:
+        os.kill(load.relay.process.pid, signal.SIGSTOP)  # now, mid-load; then dead
+        os.kill(load.relay.process.pid, signal.SIGKILL)
+        load.relay.process.wait(10)
         with running_relay(cert, port=port):
-            messages = [first, *rest.result(timeout=60)]
+            messages = load.messages(60)
         finished = messages[-1].finished
         assert finished.stop_reason == pb.STOP_REASON_COMPLETE, finished
-        assert spans(finished.loaded) == [(0, len(prompt))]
-        assert torch.equal(destination.get(0, len(prompt)), kv)
-        resumed = decoder.wait_log("load_resuming")
-        assert 0 < resumed["first_chunk"] < len(prompt) // 16
+        assert spans(finished.loaded) == [(0, BIG_PROMPT)]
+        assert torch.equal(load.destination.get(0, BIG_PROMPT), load.kv)
+        resumed = load.decoder.wait_log("load_resuming")
+        assert 0 < resumed["first_chunk"] < BIG_PROMPT // 16
 
 
 @pytest.mark.slow
@@ -316,44 +360,20 @@ def test_a_load_out_of_time_mid_way_accounts_for_every_chunk_it_wrote(
     LoadFinished and the metrics count the chunks it wrote and their bytes, not only their
     positions. (Ended by the hard bound instead, a load lost that account: the vLLM bench
     read such loads at 100 Mbit/s as no chunk at all.)"""
-    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
-
-    big = KVLayout(num_layers=8, num_kv_heads=4, head_dim=64, dtype="float16")
-    prompt = list(range(30_000, 32_048))  # 128 chunks of 16
-    kv = synthetic_kv(big, len(prompt), seed=5)
-    flags = ("--chunk-size", "16")
-    every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
-    with (
-        running_relay(cert) as relay,
-        running_sidecar(relay.url, cert, *flags) as prefill,
-        running_sidecar(relay.url, cert, *flags, *PATIENT) as decoder,
-        shm_directory() as own,
-        ThreadPoolExecutor(1) as pool,
-    ):
-        prefill.wait_ready()
-        decoder.wait_ready()
-        publish_whole(prefill, MODEL, big, kv, prompt, shm, tracks=["fp16"])
-        destination = ContiguousKV(big, max_tokens=len(prompt), directory=own)
-        set_id = decoder.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
-        request = pb.LoadRequest(
-            buffer_set_id=set_id, token_ids=prompt, destination=every_token, tracks=["fp16"]
-        )
-        call = decoder.stub.Load(request, timeout=4)
-        first = next(call)
-        assert first.HasField("chunk_loaded")
-        rest: Future[list[pb.LoadProgress]] = pool.submit(list, call)
-        with frozen(relay):
-            messages = [first, *rest.result(timeout=30)]
-        *progress, last = messages
+    with a_big_load_under_way(
+        cert, shm, 3, decoder_flags=PATIENT, tracks=["fp16"], timeout=4
+    ) as load:
+        with frozen(load.relay):
+            *progress, last = load.messages(30)
         finished = last.finished
         written = sum(m.chunk_loaded.tokens.end - m.chunk_loaded.tokens.start for m in progress)
         assert finished.stop_reason == pb.STOP_REASON_DEADLINE, finished
-        assert 0 < written < len(prompt)
+        assert 0 < written < BIG_PROMPT
         assert spans(finished.loaded) == [(0, written)]
-        assert torch.equal(destination.get(0, written), kv[:, :, :written])
-        assert finished.track_bytes["fp16"] >= written * big.fp16_bytes_per_token
-        assert decoder.metric("kvmoq_loaded_chunks_total", track="fp16") == len(progress)
-        logged = decoder.wait_log("load_finished", stop="deadline")
+        assert torch.equal(load.destination.get(0, written), load.kv[:, :, :written])
+        assert finished.track_bytes["fp16"] >= written * BIG.fp16_bytes_per_token
+        assert load.decoder.metric("kvmoq_loaded_chunks_total", track="fp16") == len(progress)
+        logged = load.decoder.wait_log("load_finished", stop="deadline")
         assert logged["loaded"] == [[0, written]]
 
 
