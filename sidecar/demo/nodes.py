@@ -17,6 +17,7 @@ from sidecar.demo.children import Child, ChildFailed, Children, python_module
 from sidecar.demo.services import HOST
 from sidecar.demo.steps import STARTED
 from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
+from sidecar.service.relay_link import RELAY_UNREACHABLE
 
 SIDECAR_TIMEOUT_S = 60.0
 MODEL_SERVER_TIMEOUT_S = 60.0
@@ -51,10 +52,13 @@ class SidecarNode:
         return http_get(self.http, path)
 
     def wait_ready(self, timeout: float = SIDECAR_TIMEOUT_S) -> None:
-        """Until /readyz says the relay session is up: a load before that finds nothing."""
+        """Until /readyz says the relay session is up: a load before that finds nothing.
+        The relay is up before any sidecar starts, so a first connection that fails is an
+        answer already (a wrong address, a refused token): no need to wait out the rest."""
         end = time.monotonic() + timeout
         while self.get("/readyz")[0] != 200:
-            if time.monotonic() > end or self.child.process.poll() is not None:
+            failed = RELAY_UNREACHABLE in self.child.log_tail()
+            if failed or time.monotonic() > end or self.child.process.poll() is not None:
                 raise ChildFailed(
                     f"{self.child.name} has no relay session:\n{self.child.log_tail()}"
                 )

@@ -29,6 +29,9 @@ from sidecar.transfer.subscriber import KVSubscriber
 
 log = get_logger(__name__)
 
+RELAY_UNREACHABLE = "relay_unreachable"
+"""The log event of a failed connection attempt (the link tries again with backoff)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -104,7 +107,7 @@ class RelayLink:
                     await self._serve(s)
                     attempt = 0
             except (ConnectionError, MoqtApiError, OSError, TimeoutError) as exc:
-                log.warning("relay_unreachable", url=self.url, error=str(exc), attempt=attempt)
+                log.warning(RELAY_UNREACHABLE, url=self.url, error=str(exc), attempt=attempt)
             finally:
                 if self.subscriber is not None:
                     self._throughput = self.subscriber.throughput
