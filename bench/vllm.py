@@ -34,6 +34,7 @@ import argparse
 import concurrent.futures
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -414,7 +415,15 @@ def write_plot(report: harness.Report, path: Path) -> None:
     from sidecar.demo.plot import bars, png
 
     rows = report["rows"]
-    labels = [f"{row['method'].removeprefix('vLLM ')}\n{row['link']}" for row in rows]
+    labels = [
+        "\n".join(
+            [
+                *textwrap.wrap(row["method"].removeprefix("vLLM "), 14, break_long_words=False),
+                row["link"],
+            ]
+        )
+        for row in rows
+    ]
     notes = ["" if row["kl"] is None else f"KL {row['kl']:.0e}" for row in rows]
     with png(path, (max(7.0, 0.8 * len(rows)), 4.5), dpi=110) as axes:
         bars(axes, labels, {"TTFT": [row["ttft_s"] for row in rows]}, {"TTFT": notes})

@@ -406,13 +406,13 @@ class KVService:
             emit(ChunkWritten(tokens))
 
         results: list[LoadResult] = []
+        fetched: list[LoadedChunk] = []  # as the subscriber writes them: however the load ends
         local = self._local.lookup(buffers.model, token_ids)
         # A hard bound too: the subscriber's rule plans chunks inside the deadline, but a
         # relay gone silent can hold a request past it, and the client must still get
         # LoadFinished (what was written) before its own deadline. The subscriber's own
         # deadline comes a margin earlier (`within`), so a load merely out of time ends
-        # through it, which reports the chunks it wrote, not by this bound's cancellation,
-        # which loses them.
+        # through it, with its result.
         budget = asyncio.timeout(deadline)
         try:
             # What this sidecar published itself comes from its memory; the relay may have a
@@ -425,7 +425,7 @@ class KVService:
             if self.link.subscriber is not None and start < len(token_ids):
                 async with budget:
                     await self._load_resuming(
-                        buffers, token_ids, write, deadline, quality_order, start, results
+                        buffers, token_ids, write, deadline, quality_order, start, results, fetched
                     )
                 further = results[-1].stopped
                 if local is None or further is not StopReason.NOT_FOUND:
@@ -444,12 +444,11 @@ class KVService:
             emit(exc)
             return
         prompt, available = (local.prompt, local.tokens) if local else (None, 0)
-        chunks: tuple[LoadedChunk, ...] = ()
         rejected: tuple[RejectedChunk, ...] = ()
         for result in results:
             if result.prompt is not None and result.available > available:
                 prompt, available = result.prompt, result.available
-            chunks, rejected = chunks + result.loaded, rejected + result.rejected
+            rejected += result.rejected
         outcome = LoadOutcome(
             len(token_ids),
             stop,
@@ -457,7 +456,7 @@ class KVService:
             held,
             prompt,
             available,
-            chunks,
+            tuple(fetched),
             rejected,
         )
         self._account(outcome, clock() - started)
@@ -472,12 +471,13 @@ class KVService:
         quality_order: tuple[str, ...],
         held: int,
         results: list[LoadResult],
+        fetched: list[LoadedChunk],
     ) -> None:
         """Load through the relay session from the chunk that holds token `held`; when the
         session is lost mid-load, wait for the link to reconnect and go on from the first
         chunk not yet in place, until a load ends for another reason (bound it from
         outside: the deadline). `results` gets each session's result, the last one saying
-        why the load ended.
+        why the load ended, and `fetched` each chunk as it is written.
 
         A relay that restarted knows no prompt until their publishers have reconnected and
         announced them again, so after a loss NOT_FOUND means "not yet": tried again every
@@ -499,6 +499,7 @@ class KVService:
                     end - loop.time(),
                     quality_order=quality_order,
                     first_chunk=first_chunk,
+                    on_loaded=fetched.append,
                 )
             except (MoqtApiError, ConnectionError):
                 result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
@@ -508,7 +509,7 @@ class KVService:
             results.append(result)
             if result.stopped is not StopReason.RELAY_GONE or not subscriber.session.closed:
                 return
-            in_place = [range(held), *(chunk.tokens for r in results for chunk in r.loaded)]
+            in_place = [range(held), *(chunk.tokens for chunk in fetched)]
             first_chunk = leading_tokens(contiguous_spans(in_place)) // self.link.chunk_size
             log.info("load_resuming", first_chunk=first_chunk)
             lost = subscriber

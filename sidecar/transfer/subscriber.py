@@ -334,6 +334,7 @@ class KVSubscriber:
         quality_order: Sequence[str] = QUALITY_ORDER,
         share: Share = WHOLE,
         first_chunk: int = 0,
+        on_loaded: Callable[[LoadedChunk], None] | None = None,
     ) -> LoadResult:
         """Load the KV of the longest available prefix of `token_ids` within `deadline` seconds.
 
@@ -343,7 +344,8 @@ class KVSubscriber:
         available chunks (`transfer.parallel` spreads one load over several sessions); the
         result still reports what the prompt covers, and the destination must hold it all.
         Chunks before `first_chunk` are taken as in place already (a load resumed on a new
-        session after the last one was lost).
+        session after the last one was lost). `on_loaded` hears of each chunk as it is
+        written: a caller that cancels the load, or sees it fail, still knows what it wrote.
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
@@ -357,7 +359,8 @@ class KVSubscriber:
         try:
             shared = share.chunks(source.chunks)
             chunks = range(min(max(shared.start, first_chunk), shared.stop), shared.stop)
-            return await _Load(self, source, chunks, destination, end, quality_order).run()
+            load = _Load(self, source, chunks, destination, end, quality_order, on_loaded)
+            return await load.run()
         finally:
             await self._feeds.release(source.feed)
 
@@ -473,6 +476,7 @@ class _Load:
         destination: torch.Tensor | KVSink,
         end: float,
         quality_order: Sequence[str],
+        on_loaded: Callable[[LoadedChunk], None] | None,
     ) -> None:
         self.subscriber = subscriber
         self.session = subscriber.session
@@ -482,6 +486,7 @@ class _Load:
         self.destination = destination
         self.end = end
         self.quality_order = quality_order
+        self.on_loaded = on_loaded
         self.clock = asyncio.get_running_loop().time
         self.loaded: list[LoadedChunk] = []
         self.rejected: list[RejectedChunk] = []
@@ -534,7 +539,13 @@ class _Load:
         prefetched = None
         if after < self.chunks.stop and ready and ready.ready_chunks > after:
             prefetched = self._begin(ready, after)
-        if await self._store(transfer, payloads):
+        try:
+            stored = await self._store(transfer, payloads)
+        except TimeoutError:  # decoding would end past the deadline: the chunk stays unwritten
+            if isinstance(prefetched, _Transfer):
+                prefetched.task.cancel()
+            return StopReason.DEADLINE
+        if stored:
             return prefetched or await self._next(after)
         retry = self._retry(transfer)
         if retry is None:
@@ -610,11 +621,14 @@ class _Load:
 
     async def _store(self, transfer: _Transfer, payloads: list[bytes]) -> bool:
         """Verify, decode (in a worker thread) and write one chunk; False (and the chunk
-        rejected) on any error."""
+        rejected) on any error, TimeoutError when the deadline comes first. A load ends by
+        its deadline, not later: whoever bounds it from outside cancels it at that point,
+        and a cancelled load cannot say which chunks it wrote."""
         catalog, index, track = transfer.catalog, transfer.index, transfer.track
         span = catalog.chunk_span(index)
         try:
-            kv = await asyncio.to_thread(_verified_kv, catalog, index, track, payloads)
+            decode = asyncio.to_thread(_verified_kv, catalog, index, track, payloads)
+            kv = await asyncio.wait_for(decode, self.time_left())
         except KVCodecError as exc:
             self._reject(transfer, str(exc))
             return False
@@ -624,7 +638,10 @@ class _Load:
             self.destination(span, kv)
         size = catalog.chunk_bytes(index)[track]
         seconds = self.clock() - transfer.started
-        self.loaded.append(LoadedChunk(index, span, track, size, seconds))
+        chunk = LoadedChunk(index, span, track, size, seconds)
+        self.loaded.append(chunk)
+        if self.on_loaded is not None:
+            self.on_loaded(chunk)
         return True
 
     async def _fetch(self, catalog: Catalog, index: int, track: str, size: int) -> list[bytes]:
