@@ -11,6 +11,7 @@ longer, or another `relay`, defines its own fixture of that name.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,12 @@ from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
 from tests.moqt.test_relay_harness import RelayProcess, running_relay
 
 PROMPT_TOKENS = 4096
+
+# vLLM engines started by the tests (and by the demo and bench they run) keep their engine
+# core in their own process: 13 s to start instead of 37 s here, as one vLLM import is saved,
+# and no second process polling beside the sidecars on 2 cores. Run by hand, the demo and
+# the bench keep vLLM's default, a separate engine-core process, as `vllm serve` runs.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 @pytest.fixture(scope="session")
