@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "bench": "sidecar.commands.bench",
     "cert": "sidecar.commands.cert",
     "demo": "sidecar.commands.demo",
+    "injector": "sidecar.commands.injector",
     "relay": "sidecar.commands.relay",
     "sidecar": "sidecar.commands.sidecar",
     "token": "sidecar.commands.token",

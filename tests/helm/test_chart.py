@@ -1,13 +1,8 @@
-"""The Helm chart (helm/kvmoq), rendered by a real helm and checked as parsed manifests.
-
-helm and kubernetes-validate (Kubernetes' JSON schemas, offline) come from
-scripts/setup.sh into .tools/; without them (no helm build for this CPU) the module skips.
-"""
+"""The Helm chart (helm/kvmoq), rendered by a real helm and checked as parsed manifests."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,115 +10,29 @@ import pytest
 import yaml
 
 from sidecar.service.config import OPTIONS
-
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "kvmoq"
-HELM = ROOT / ".tools" / "bin" / "helm"
-VALIDATE = ROOT / ".tools" / "venv" / "bin" / "kubernetes-validate"
-# Native sidecars (restartPolicy: Always on an init container) are on by default from 1.29.
-KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
-
-pytestmark = pytest.mark.skipif(
-    not HELM.exists(), reason="no .tools/bin/helm (scripts/setup.sh installs it on x86_64)"
+from tests.helm.chart import (
+    CHART,
+    EDGES,
+    INFERENCE,
+    MODEL,
+    ROOT,
+    VALIDATE,
+    container,
+    env,
+    find,
+    helm,
+    merged,
+    mounts,
+    needs_helm,
+    pod,
+    render,
+    render_error,
+    render_text,
+    validate,
+    values_file,
 )
 
-MODEL = {
-    "name": "vllm",
-    "image": "vllm/vllm-openai:v0.11.0",
-    "args": ["--model", "Qwen/Qwen3-0.6B"],
-    "ports": [{"name": "http", "containerPort": 8000}],
-    "env": [{"name": "HF_HOME", "value": "/models"}],
-    "volumeMounts": [{"name": "models", "mountPath": "/models"}],
-    "resources": {"limits": {"nvidia.com/gpu": 1}},
-}
-INFERENCE = {
-    "inference": {
-        "enabled": True,
-        "container": MODEL,
-        "volumes": [{"name": "models", "emptyDir": {}}],
-    }
-}
-
-EDGES = {"relay": {"edges": {"enabled": True}}}
-
-
-def merged(*trees: dict[str, Any]) -> dict[str, Any]:
-    """Nested dicts merged left to right, as helm merges several -f files."""
-    out: dict[str, Any] = {}
-    for tree in trees:
-        for key, value in tree.items():
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = merged(out[key], value)
-            else:
-                out[key] = value
-    return out
-
-
-def helm(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(HELM), *map(str, args)], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def values_file(tmp_path: Path, values: dict[str, Any]) -> Path:
-    path = tmp_path / f"values-{len(list(tmp_path.glob('values-*')))}.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return path
-
-
-def render_text(tmp_path: Path, values: dict[str, Any], chart: Path = CHART) -> str:
-    result = helm("template", "r", chart, "-f", values_file(tmp_path, values))
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def render(tmp_path: Path, values: dict[str, Any], chart: Path = CHART) -> list[dict[str, Any]]:
-    docs = yaml.safe_load_all(render_text(tmp_path, values, chart))
-    return [doc for doc in docs if doc]
-
-
-def render_error(tmp_path: Path, values: dict[str, Any]) -> str:
-    result = helm("template", "r", CHART, "-f", values_file(tmp_path, values))
-    assert result.returncode != 0, f"rendered although it should fail:\n{result.stdout}"
-    return result.stderr
-
-
-def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(matches) == 1, [(d["kind"], d["metadata"]["name"]) for d in docs]
-    return matches[0]
-
-
-def pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return find(docs, "Deployment", "r-inference")["spec"]["template"]
-
-
-def container(spec: dict[str, Any], name: str, key: str = "containers") -> dict[str, Any]:
-    (match,) = [c for c in spec.get(key, []) if c["name"] == name]
-    return match
-
-
-def env(c: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in c.get("env", [])}
-
-
-def mounts(c: dict[str, Any]) -> dict[str, str]:
-    return {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
-
-
-def validate(tmp_path: Path, text: str) -> None:
-    """Every rendered object against Kubernetes' own schemas, unknown fields rejected."""
-    path = tmp_path / "rendered.yaml"
-    path.write_text(text)
-    for version in KUBERNETES_VERSIONS:
-        result = subprocess.run(
-            [str(VALIDATE), "--strict", "--quiet", "-k", version, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+pytestmark = needs_helm
 
 
 @pytest.mark.parametrize(
@@ -148,10 +57,16 @@ def test_lint_passes(tmp_path: Path, values: dict[str, Any]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_defaults_render_the_relay_alone(tmp_path: Path) -> None:
+def test_defaults_render_the_relay_and_the_injector(tmp_path: Path) -> None:
     docs = render(tmp_path, {})
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("ConfigMap", "r-kvmoq-injection"),
+        ("Deployment", "r-kvmoq-injector"),
         ("Deployment", "r-relay"),
+        ("MutatingWebhookConfiguration", "r-kvmoq-injector"),
+        ("PodDisruptionBudget", "r-kvmoq-injector"),
+        ("Secret", "r-kvmoq-injector-tls"),
+        ("Service", "r-kvmoq-injector"),
         ("Service", "r-relay"),
     ]
 
@@ -537,7 +452,13 @@ def test_metrics_service_annotations_and_service_monitor(tmp_path: Path) -> None
 
     docs = render(
         tmp_path,
-        merged(INFERENCE, {"sidecar": {"metrics": {"service": False, "podAnnotations": False}}}),
+        merged(
+            INFERENCE,
+            {
+                "sidecar": {"metrics": {"service": False, "podAnnotations": False}},
+                "injector": {"enabled": False},
+            },
+        ),
     )
     assert {d["kind"] for d in docs} == {"Deployment", "Service"}
     assert "annotations" not in pod(docs)["metadata"]
@@ -589,6 +510,7 @@ def test_another_chart_injects_the_sidecar_with_the_named_templates(tmp_path: Pa
             {
                 "kvmoq": {
                     "relay": {"enabled": False},
+                    "injector": {"enabled": False},
                     "sidecar": {"relayURL": "moqt://relay.kv:4443", "settings": {"chunk_size": 64}},
                 }
             }

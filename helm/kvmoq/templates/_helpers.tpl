@@ -61,3 +61,8 @@ volumes:
   - name: tls
     secret: {secretName: {{ $relay.tlsSecret }}}
 {{- end }}
+
+{{- define "kvmoq.injectorSelector" -}}
+app.kubernetes.io/name: kvmoq-injector
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}

@@ -12,6 +12,13 @@ from typing import Any
 
 from kvmoq_client.client import DEFAULT_TARGET
 
+CONNECTOR = "KVMoqConnector"
+CONNECTOR_MODULE = "kvmoq_client.vllm"
+ROLES = ("kv_producer", "kv_consumer", "kv_both")
+"""vLLM's `kv_role`: publish only, load only, or both."""
+LOAD_FAILURE_POLICY = "recompute"
+"""vLLM recomputes the blocks a load could not bring (its default, "fail", ends the
+request)."""
 DEFAULT_LOAD_DEADLINE_S = 5.0
 DEFAULT_STAGING_TOKENS = 8192
 DEFAULT_LOOKUP_TIMEOUT_S = 1.0
@@ -55,3 +62,20 @@ class ConnectorSettings:
         if int(settings.staging_tokens) < 1:
             raise ValueError("kvmoq connector: staging_tokens must be >= 1")
         return settings
+
+
+def kv_transfer_config(role: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for this connector, checked as the connector will check
+    it at start-up (`ValueError` names what is wrong)."""
+    if role not in ROLES:
+        raise ValueError(
+            f"kvmoq connector: kv_role must be one of {', '.join(ROLES)}, got {role!r}"
+        )
+    ConnectorSettings.from_extra_config(extra)
+    return {
+        "kv_connector": CONNECTOR,
+        "kv_connector_module_path": CONNECTOR_MODULE,
+        "kv_role": role,
+        "kv_load_failure_policy": LOAD_FAILURE_POLICY,
+        "kv_connector_extra_config": dict(extra),
+    }

@@ -27,21 +27,15 @@ import time
 from typing import Any
 
 DEFAULT_LOGPROBS = 5
-CONNECTORS: dict[str, tuple[str, str | None]] = {
-    "kvmoq": ("KVMoqConnector", "kvmoq_client.vllm"),
-    "example": ("ExampleConnector", None),
-}
-"""Connector name -> vLLM's (kv_connector, kv_connector_module_path). `example` is vLLM's
-ExampleConnector (KV in safetensors files under `shared_storage_path`), the reference a
-vLLM user already has."""
+CONNECTORS = ("kvmoq", "example", "none")
+"""`example` is vLLM's ExampleConnector (KV in safetensors files under
+`shared_storage_path`), the reference a vLLM user already has."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a Hugging Face model directory")
-    parser.add_argument(
-        "--connector", choices=[*CONNECTORS, "none"], default="kvmoq", help="KV connector"
-    )
+    parser.add_argument("--connector", choices=CONNECTORS, default="kvmoq", help="KV connector")
     parser.add_argument("--role", default="kv_both", help="kv_producer, kv_consumer, kv_both")
     parser.add_argument("--extra", default="{}", help="kv_connector_extra_config, JSON")
     parser.add_argument("--max-model-len", type=int, default=8192)
@@ -61,15 +55,18 @@ def main() -> None:
     from vllm import LLM
     from vllm.config import KVTransferConfig
 
+    from kvmoq_client.vllm.settings import LOAD_FAILURE_POLICY, kv_transfer_config
+
+    extra = json.loads(args.extra)
     transfer = None
-    if args.connector != "none":
-        name, module = CONNECTORS[args.connector]
+    if args.connector == "kvmoq":
+        transfer = KVTransferConfig(**kv_transfer_config(args.role, extra))
+    elif args.connector == "example":
         transfer = KVTransferConfig(
-            kv_connector=name,
-            kv_connector_module_path=module,
+            kv_connector="ExampleConnector",
             kv_role=args.role,
-            kv_load_failure_policy="recompute",
-            kv_connector_extra_config=json.loads(args.extra),
+            kv_load_failure_policy=LOAD_FAILURE_POLICY,
+            kv_connector_extra_config=extra,
         )
     llm = LLM(
         model=args.model,
