@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sidecar import __version__
+from sidecar.address import free_udp_port
 from sidecar.demo.children import Children
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,11 +64,12 @@ def test_the_image_environment_runs_the_cli_and_a_relay(tmp_path: Path) -> None:
     )
     for command in ("sidecar", "relay", "injector", "token", "cert"):
         assert command in usage.stdout
+    port = free_udp_port()
     with Children() as children:
         relay = children.start(
             "relay",
-            [str(kvmoq), "relay", "--listen", "127.0.0.1:0", "--self-signed"],
-            ready_prefix="listening on moqt://127.0.0.1:",
+            [str(kvmoq), "relay", "--listen", f"127.0.0.1:{port}", "--self-signed"],
+            ready_prefix=f"listening on moqt://127.0.0.1:{port}",
             timeout=START_S,
         )
         assert relay.process.poll() is None

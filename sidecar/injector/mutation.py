@@ -23,9 +23,12 @@ from sidecar.injector.pod_options import (
     PodOptions,
 )
 from sidecar.injector.template import (
+    RELAY_ENV,
     SHM_PATH,
     SHM_VOLUME,
     SIDECAR_NAME,
+    TRACKS_ENV,
+    VISIBLE_DEVICES_ENV,
     InjectionTemplate,
     Json,
 )
@@ -79,6 +82,8 @@ def _injected(pod: Json, template: InjectionTemplate) -> Json | None:
     if not isinstance(spec, dict):
         raise _Refused("the pod has no spec")
     containers = _objects(spec, "containers")
+    if not containers:
+        raise _Refused("the pod has no containers")
     init_containers = _objects(spec, "initContainers")
     annotations = pod["metadata"].get("annotations") or {}
     if not isinstance(annotations, dict):
@@ -94,7 +99,10 @@ def _injected(pod: Json, template: InjectionTemplate) -> Json | None:
     volumes = _objects(spec, "volumes")
     _check_free(apps, volumes, template)
     shm = _shared_memory_volume(apps)
-    sidecar = _sidecar(template, options, apps, spec)
+    sidecar = _sidecar(template, options, apps)
+    if options.cuda_ipc:
+        # CUDA IPC handles open only in the exporting process's PID namespace.
+        spec["shareProcessNamespace"] = True
     own_volumes = template.volumes
     if shm is not None:
         # The pod has its own /dev/shm volume (vLLM's charts mount one): share that.
@@ -116,7 +124,7 @@ def _injected(pod: Json, template: InjectionTemplate) -> Json | None:
 
 
 def _objects(spec: Json, key: str) -> list[Json]:
-    items = spec.setdefault(key, []) if key == "containers" else spec.get(key) or []
+    items = spec.get(key) or []
     if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
         raise _Refused(f"spec.{key} is not a list of objects")
     return items
@@ -150,28 +158,24 @@ def _shared_memory_volume(apps: list[Json]) -> str | None:
     return names.pop() if names else None
 
 
-def _sidecar(
-    template: InjectionTemplate, options: PodOptions, apps: list[Json], spec: Json
-) -> Json:
+def _sidecar(template: InjectionTemplate, options: PodOptions, apps: list[Json]) -> Json:
     """The template's sidecar with the pod's annotations applied, in the order and shape the
     chart's named template gives the same settings (tests compare the two)."""
     sidecar = template.sidecar_container()
     if options.relay_url is not None:
-        _set_env(sidecar, "KVMOQ_RELAY", options.relay_url)
+        _set_env(sidecar, RELAY_ENV, options.relay_url)
     if options.tracks:
-        _set_env(sidecar, "KVMOQ_TRACKS", ",".join(options.tracks))
+        _set_env(sidecar, TRACKS_ENV, ",".join(options.tracks))
     if options.resources is not None:
         sidecar["resources"] = {**sidecar.get("resources", {}), **options.resources}
     if options.cuda_ipc:
-        # CUDA IPC handles open only in the exporting process's PID namespace, and only
-        # where the sidecar sees the model server's GPU.
-        spec["shareProcessNamespace"] = True
+        # The handles open only where the sidecar sees the model server's GPU.
         claims = [claim for c in apps for claim in (c.get("resources") or {}).get("claims") or []]
         devices = options.visible_devices or template.visible_devices
         if claims:
             sidecar["resources"] = {**sidecar.get("resources", {}), "claims": claims}
         elif devices:
-            _set_env(sidecar, "NVIDIA_VISIBLE_DEVICES", devices)
+            _set_env(sidecar, VISIBLE_DEVICES_ENV, devices)
         else:
             raise _Refused(
                 "kvmoq.io/cuda-ipc needs the sidecar to see the model server's GPU: DRA "

@@ -18,6 +18,15 @@ from typing import Any
 
 SIDECAR_NAME = "kvmoq-sidecar"
 MAX_TEMPLATE_BYTES = 1 << 20
+GRPC_ENV = "KVMOQ_GRPC"
+RELAY_ENV = "KVMOQ_RELAY"
+TRACKS_ENV = "KVMOQ_TRACKS"
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+"""The variables of the sidecar (`kvmoq sidecar --help`) and of the NVIDIA runtime that
+pod annotations set."""
+SOCKET_VOLUME = "kvmoq-socket"
+SHM_VOLUME = "kvmoq-shm"
+SHM_PATH = "/dev/shm"
 
 Json = dict[str, Any]
 
@@ -90,12 +99,6 @@ class InjectionTemplate:
         """The sidecar's gRPC address as the model server dials it (unix://...)."""
         (target,) = [e["value"] for e in self.model_server_env if e.get("name") == GRPC_ENV]
         return str(target)
-
-
-GRPC_ENV = "KVMOQ_GRPC"
-SOCKET_VOLUME = "kvmoq-socket"
-SHM_VOLUME = "kvmoq-shm"
-SHM_PATH = "/dev/shm"
 
 
 def _field(data: Json, key: str, kind: type) -> Any:
