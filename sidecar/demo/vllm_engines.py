@@ -26,6 +26,13 @@ GENERATE_S = 600.0
 ENGINE_STOP_S = 60.0
 KV_CACHE_GIB = 1
 """vLLM's CPU KV cache per engine (`VLLM_CPU_KVCACHE_SPACE`): 45k SmolLM2 tokens."""
+RESERVED_CPUS = 0
+"""Cores vLLM keeps its compute threads off (`VLLM_CPU_NUM_OF_RESERVED_CPU`). Left to
+itself it reserves one core for its scheduler process and one more when a KV connector is
+configured; where that is every core (2 here) it reserves none. So on this machine a plain
+engine computed on one core and a connector's engine on two: a plain 4096-token prefill took
+15 s, the same prefill 8 s beside a connector. Every engine here computes on every core, so
+the baselines are not slowed by a setting the engines they are compared with escape."""
 ANSWER = '{"event": "generated"'
 
 
@@ -112,8 +119,8 @@ def start_engine(
 ) -> Engine:
     """A vLLM engine serving SmolLM2 with `connector` ("kvmoq", "example" or "none").
 
-    bfloat16 by default, as vLLM on CPUs is run: here a 4096-token prefill takes 13-16 s in
-    it, 17-20 s in float32 and 60 s in float16 (no AVX512-FP16 on these CPUs).
+    bfloat16 by default, as vLLM on CPUs is run: here a 4096-token prefill takes 7-8 s in it,
+    about 4x longer in float16 (no AVX512-FP16 on these CPUs).
     """
     argv = [
         str(VLLM_PYTHON), "-m", "kvmoq_client.vllm.stdio_engine",
@@ -127,7 +134,11 @@ def start_engine(
         argv,
         ready_prefix='{"event": "ready"',
         timeout=ENGINE_START_S,
-        env={"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "HF_HUB_OFFLINE": "1"},
+        env={
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(RESERVED_CPUS),
+            "HF_HUB_OFFLINE": "1",
+        },
         stdin=True,
     )
     return Engine(child)
