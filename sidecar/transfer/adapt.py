@@ -120,18 +120,27 @@ def choose_track(
     quality_order: Sequence[str] = QUALITY_ORDER,
     *,
     last_is_recent: bool = True,
+    track_rates: Mapping[str, float] | None = None,
 ) -> str | None:
     """The best track whose bytes for this chunk fit its share of the time left
     (`time_share`); None: stop and leave this chunk and all after it to recompute.
 
     `chunk_bytes` is the catalog's size of this chunk per track on offer; `chunks_left`
     counts this chunk. Tracks missing from `quality_order` are never chosen, so a subscriber
-    narrows the choice by passing a shorter order.
+    narrows the choice by passing a shorter order. Each track is timed at its own measured
+    rate (`track_rates`, bytes per second) where there is one, else at `bytes_per_second`:
+    `ac`'s decoding makes its bytes arrive ten times slower than fp16's on loopback, and a
+    rate that mixes the two refused fp16 loads that fitted with room to spare.
     """
     share = time_share(time_left, chunks_left, last_is_recent=last_is_recent)
-    budget = share * bytes_per_second
+    rates = track_rates or {}
     return next(
-        (track for track in quality_order if track in chunk_bytes and chunk_bytes[track] <= budget),
+        (
+            track
+            for track in quality_order
+            if track in chunk_bytes
+            and chunk_bytes[track] <= share * rates.get(track, bytes_per_second)
+        ),
         None,
     )
 
@@ -164,11 +173,9 @@ def load_seconds_estimate(
     track_rates: Mapping[str, float] | None = None,
 ) -> float:
     """Seconds to fetch these chunks, each on the track the deadline rule
-    (`transfer.adapt.choose_track`) picks at `bytes_per_second` for a load given `budget`
-    seconds, and taking as long as that track's own measured rate says (`track_rates`, bytes
-    per second by track) where there is one, else `bytes_per_second`: decoding a track
-    slows the transfers beside it, so `ac` moves a tenth of fp16's bytes per second on
-    loopback, and a rate measured on one track misjudges another.
+    (`transfer.adapt.choose_track`) picks for a load given `budget` seconds, and taking as
+    long as that track's own measured rate says (`track_rates`, bytes per second by track)
+    where there is one, else `bytes_per_second`, as the rule times it.
 
     Where the rule would stop because not even the smallest track fits, the remaining chunks
     count at their smallest track: the estimate then exceeds the budget, which tells a model
@@ -178,7 +185,12 @@ def load_seconds_estimate(
     elapsed = 0.0
     for index, sizes in enumerate(chunk_bytes):
         track = choose_track(
-            sizes, bytes_per_second, budget - elapsed, len(chunk_bytes) - index, quality_order
+            sizes,
+            bytes_per_second,
+            budget - elapsed,
+            len(chunk_bytes) - index,
+            quality_order,
+            track_rates=rates,
         )
         if track is None:
             track = min((name for name in quality_order if name in sizes), key=sizes.__getitem__)

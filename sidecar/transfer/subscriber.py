@@ -315,8 +315,11 @@ class KVSubscriber:
         if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
             return availability.tokens * layout.fp16_bytes_per_token / rate
         sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
-        rates = {name: t.bytes_per_second for name, t in self.track_throughput.items()}
-        return load_seconds_estimate(sizes, rate, budget, track_rates=rates)
+        return load_seconds_estimate(sizes, rate, budget, track_rates=self.track_rates())
+
+    def track_rates(self) -> dict[str, float]:
+        """Bytes per second measured on each track this subscriber has loaded."""
+        return {name: t.bytes_per_second for name, t in self.track_throughput.items()}
 
     async def catalog(self, prompt: PromptName, timeout: float) -> Catalog | None:
         """The prompt's newest catalog, or None if none arrives within `timeout` seconds;
@@ -593,6 +596,7 @@ class _Load:
             self.chunks.stop - index,
             [t for t in self.quality_order if t not in failed],
             last_is_recent=self.chunks.stop == self.source.chunks,
+            track_rates=self.subscriber.track_rates(),
         )
         if track is None:
             if index == self.chunks.start:

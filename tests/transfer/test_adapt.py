@@ -205,3 +205,14 @@ def test_with_a_true_estimate_a_load_never_misses_its_deadline(
         assert sizes[track] <= budget
         time_left -= sizes[track] / rate
     assert time_left >= -1e-9 * deadline
+
+
+def test_each_track_is_timed_at_its_own_measured_rate() -> None:
+    """A shared rate dragged down by a slow-decoding track (ac on loopback) must not refuse a
+    track measured fast, and a track measured slow is not taken at the shared rate."""
+    shared = 400.0  # in 1 s: 400 B, so ac (300 B) is the best track that fits
+    assert choose_track(SIZES, shared, 1.0, 1, ORDER, track_rates={}) == "ac"
+    # fp16's own loads moved 2000 B/s.
+    assert choose_track(SIZES, shared, 1.0, 1, ORDER, track_rates={"fp16": 2000.0}) == "fp16"
+    # ac measured at 100 B/s: the next track, int4, timed at the shared rate.
+    assert choose_track(SIZES, shared, 1.0, 1, ORDER, track_rates={"ac": 100.0}) == "int4"
