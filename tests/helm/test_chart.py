@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sidecar.injector.pod_options import INJECTED_LABEL
 from sidecar.service.config import OPTIONS
 from tests.helm.chart import (
     CHART,
@@ -33,6 +34,8 @@ from tests.helm.chart import (
 )
 
 pytestmark = needs_helm
+
+SIDECAR_LABEL = {INJECTED_LABEL: "true"}
 
 
 @pytest.mark.parametrize(
@@ -65,6 +68,7 @@ def test_defaults_render_the_relay_and_the_injector(tmp_path: Path) -> None:
         ("Deployment", "r-relay"),
         ("MutatingWebhookConfiguration", "r-kvmoq-injector"),
         ("PodDisruptionBudget", "r-kvmoq-injector"),
+        ("PodDisruptionBudget", "r-relay"),
         ("Secret", "r-kvmoq-injector-tls"),
         ("Service", "r-kvmoq-injector"),
         ("Service", "r-relay"),
@@ -359,7 +363,9 @@ def test_schema_knows_every_sidecar_setting() -> None:
             "inference.service.ports is required",
         ),
         (merged(EDGES, {"relay": {"replicas": 2}}), "relay.replicas must be 1"),
+        ({"relay": {"replicas": 3}}, "scale out with relay.edges"),
         (merged(EDGES, {"relay": {"edges": {"kind": "StatefulSet"}}}), "kind"),
+        ({"relay": {"certManager": {"enabled": True}}}, "relay.certManager.issuerRef.name"),
     ],
     ids=[
         "no-image",
@@ -375,7 +381,9 @@ def test_schema_knows_every_sidecar_setting() -> None:
         "cuda-ipc-without-gpu",
         "service-without-ports",
         "replicated-root",
+        "replicated-relay",
         "edge-kind",
+        "relay-issuer",
     ],
 )
 def test_invalid_values_fail_with_a_clear_message(
@@ -460,7 +468,7 @@ def test_metrics_service_annotations_and_service_monitor(tmp_path: Path) -> None
             },
         ),
     )
-    assert {d["kind"] for d in docs} == {"Deployment", "Service"}
+    assert {d["kind"] for d in docs} == {"Deployment", "Service", "PodDisruptionBudget"}
     assert "annotations" not in pod(docs)["metadata"]
     assert not [d for d in docs if d["metadata"]["name"] == "r-inference-metrics"]
 
@@ -567,3 +575,55 @@ def test_the_operations_doc_example_renders_and_validates(tmp_path: Path) -> Non
     )
     if VALIDATE.exists():
         validate(tmp_path, text)
+
+
+def test_relay_budget_network_policy_certificate_and_service_monitor(tmp_path: Path) -> None:
+    values = merged(
+        INFERENCE,
+        EDGES,
+        {
+            "relay": {
+                "networkPolicy": {
+                    "enabled": True,
+                    "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "mon"}}}],
+                },
+                "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                "certManager": {"enabled": True, "issuerRef": {"name": "cluster-ca"}},
+            }
+        },
+    )
+    docs = render(tmp_path, values)
+    for tier, name in (("root", "r-relay"), ("edge", "r-relay-edge")):
+        budget = find(docs, "PodDisruptionBudget", name)
+        service = find(docs, "Service", name)
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert budget["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+        assert service["spec"]["selector"]["app.kubernetes.io/component"] == tier
+        assert {p["name"]: p["protocol"] for p in service["spec"]["ports"]} == {
+            "moqt": "UDP",
+            "metrics": "TCP",
+        }
+        monitor = find(docs, "ServiceMonitor", name)
+        assert (
+            monitor["spec"]["selector"]["matchLabels"].items()
+            <= service["metadata"]["labels"].items()
+        )
+        assert monitor["metadata"]["labels"]["release"] == "prom"
+        moqt, metrics = find(docs, "NetworkPolicy", name)["spec"]["ingress"]
+        assert moqt["ports"] == [{"port": 4443, "protocol": "UDP"}]
+        assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"name": "mon"}}}]
+        sidecars = {"namespaceSelector": {}, "podSelector": {"matchLabels": SIDECAR_LABEL}}
+        assert moqt["from"][0] == sidecars
+    # Only the root admits the edges.
+    (_, edges) = find(docs, "NetworkPolicy", "r-relay")["spec"]["ingress"][0]["from"]
+    assert edges["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "edge"
+    assert len(find(docs, "NetworkPolicy", "r-relay-edge")["spec"]["ingress"][0]["from"]) == 1
+    # The policy admits what the injector and the chart's inference pods carry.
+    assert SIDECAR_LABEL.items() <= pod(docs)["metadata"]["labels"].items()
+    certificate = find(docs, "Certificate", "r-relay")["spec"]
+    assert certificate["secretName"] == "kvmoq-relay-tls"
+    assert {"r-relay", "r-relay-edge", "r-relay.default.svc"} <= set(certificate["dnsNames"])
+    assert certificate["issuerRef"]["name"] == "cluster-ca"
+    # Everything but the CRD kinds (Certificate, ServiceMonitor) against Kubernetes' schemas.
+    core = [d for d in docs if d["kind"] not in ("Certificate", "ServiceMonitor")]
+    validate(tmp_path, yaml.safe_dump_all(core))
