@@ -63,6 +63,7 @@ def test_lint_passes(tmp_path: Path, values: dict[str, Any]) -> None:
 def test_defaults_render_the_relay_and_the_injector(tmp_path: Path) -> None:
     docs = render(tmp_path, {})
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("ConfigMap", "r-kvmoq-dashboard"),
         ("ConfigMap", "r-kvmoq-injection"),
         ("Deployment", "r-kvmoq-injector"),
         ("Deployment", "r-relay"),
@@ -468,7 +469,12 @@ def test_metrics_service_annotations_and_service_monitor(tmp_path: Path) -> None
             },
         ),
     )
-    assert {d["kind"] for d in docs} == {"Deployment", "Service", "PodDisruptionBudget"}
+    assert {d["kind"] for d in docs} == {
+        "ConfigMap",  # the dashboard
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    }
     assert "annotations" not in pod(docs)["metadata"]
     assert not [d for d in docs if d["metadata"]["name"] == "r-inference-metrics"]
 
@@ -519,6 +525,7 @@ def test_another_chart_injects_the_sidecar_with_the_named_templates(tmp_path: Pa
                 "kvmoq": {
                     "relay": {"enabled": False},
                     "injector": {"enabled": False},
+                    "dashboard": {"enabled": False},
                     "sidecar": {"relayURL": "moqt://relay.kv:4443", "settings": {"chunk_size": 64}},
                 }
             }
