@@ -18,8 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "kvmoq"
 HELM = ROOT / ".tools" / "bin" / "helm"
 VALIDATE = ROOT / ".tools" / "venv" / "bin" / "kubernetes-validate"
-# Native sidecars (restartPolicy: Always on an init container) are on by default from 1.29.
-KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
+OLDEST_KUBERNETES = "1.29.0"
+"""Native sidecars (restartPolicy: Always on an init container) are on by default from 1.29."""
+
+
+def newest_kubernetes() -> str:
+    """The newest Kubernetes version whose schemas kubernetes-validate ships."""
+    schemas = ROOT.glob(
+        ".tools/venv/lib/python*/site-packages/kubernetes_validate/kubernetes-json-schema/"
+        "v*-local-strict"
+    )
+    versions = [path.name.removeprefix("v").removesuffix("-local-strict") for path in schemas]
+    return max(versions, key=lambda v: tuple(map(int, v.split("."))), default=OLDEST_KUBERNETES)
+
+
+KUBERNETES_VERSIONS = (OLDEST_KUBERNETES, newest_kubernetes())
 
 needs_helm = pytest.mark.skipif(
     not HELM.exists(), reason="no .tools/bin/helm (scripts/setup.sh installs it on x86_64)"

@@ -15,6 +15,7 @@ from tests.helm.chart import (
     CHART,
     EDGES,
     INFERENCE,
+    KUBERNETES_VERSIONS,
     MODEL,
     ROOT,
     VALIDATE,
@@ -634,3 +635,42 @@ def test_relay_budget_network_policy_certificate_and_service_monitor(tmp_path: P
     # Everything but the CRD kinds (Certificate, ServiceMonitor) against Kubernetes' schemas.
     core = [d for d in docs if d["kind"] not in ("Certificate", "ServiceMonitor")]
     validate(tmp_path, yaml.safe_dump_all(core))
+
+
+CRD_KINDS = ("Certificate", "Issuer", "ServiceMonitor")
+"""Kinds of cert-manager and prometheus-operator: not in Kubernetes' own schemas."""
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        merged(
+            INFERENCE,
+            {"relay": {"enabled": False}, "sidecar": {"relayURL": "moqt://relay.kv:4443"}},
+        ),
+        merged(
+            INFERENCE,
+            {
+                "injector": {"certManager": {"enabled": True}},
+                "relay": {"certManager": {"enabled": True, "issuerRef": {"name": "ca"}}},
+            },
+        ),
+        merged(INFERENCE, {"injector": {"enabled": False}}),
+        merged(
+            INFERENCE,
+            {"inference": {"cudaIPC": {"enabled": True, "sidecarVisibleDevices": "all"}}},
+        ),
+    ],
+    ids=["defaults", "external-relay", "cert-manager", "webhook-off", "cuda-ipc"],
+)
+def test_every_manifest_of_the_value_matrix_validates(
+    tmp_path: Path, values: dict[str, Any]
+) -> None:
+    """Strictly, for the oldest Kubernetes with native sidecars and the newest the validator
+    knows; helm lint as well."""
+    assert tuple(map(int, KUBERNETES_VERSIONS[1].split("."))) >= (1, 33), KUBERNETES_VERSIONS
+    docs = render(tmp_path, values)
+    validate(tmp_path, yaml.safe_dump_all([d for d in docs if d["kind"] not in CRD_KINDS]))
+    result = helm("lint", "--strict", CHART, "-f", values_file(tmp_path, values))
+    assert result.returncode == 0, result.stdout + result.stderr
