@@ -368,6 +368,9 @@ def test_schema_knows_every_sidecar_setting() -> None:
         ({"relay": {"replicas": 3}}, "scale out with relay.edges"),
         (merged(EDGES, {"relay": {"edges": {"kind": "StatefulSet"}}}), "kind"),
         ({"relay": {"certManager": {"enabled": True}}}, "relay.certManager.issuerRef.name"),
+        ({"injector": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
+        ({"injector": {"timeoutSeconds": 60}}, "timeoutSeconds"),
+        ({"injector": {"replica": 3}}, "replica"),
     ],
     ids=[
         "no-image",
@@ -386,6 +389,9 @@ def test_schema_knows_every_sidecar_setting() -> None:
         "replicated-relay",
         "edge-kind",
         "relay-issuer",
+        "injector-failure-policy",
+        "injector-timeout",
+        "injector-typo",
     ],
 )
 def test_invalid_values_fail_with_a_clear_message(
