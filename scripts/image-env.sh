@@ -15,7 +15,8 @@ extra=()
 if [ -n "${KVMOQ_TORCH_INDEX:-}" ]; then
     extra=(--extra-index-url "$KVMOQ_TORCH_INDEX")
 fi
-python3 -m venv "$prefix"
+# The Python the sidecar is tied to (the CPU torch wheel here, the image's base): as setup.sh.
+"${KVMOQ_PYTHON:-python3.11}" -m venv "$prefix"
 "$prefix/bin/pip" install --no-cache-dir --quiet "${extra[@]}" \
     "$src/clients/python" "$src[fast]"
 # A wheel build leaves build/ and *.egg-info in the tree; the image has no use for them.
