@@ -66,3 +66,19 @@ volumes:
 app.kubernetes.io/name: kvmoq-injector
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
+
+{{/* The Service of one relay tier: (list $ "root") or (list $ "edge"). */}}
+{{- define "kvmoq.relayService" -}}
+{{- $ := index . 0 -}}
+{{ $.Release.Name }}-relay{{ if eq (index . 1) "edge" }}-edge{{ end }}
+{{- end }}
+
+{{/* The names a certificate must cover for a Service, as clients in and out of its
+namespace dial it: (list $ SERVICE). YAML list items. */}}
+{{- define "kvmoq.serviceDNSNames" -}}
+{{- $ := index . 0 -}}
+{{- $service := index . 1 -}}
+- {{ $service }}
+- {{ printf "%s.%s" $service $.Release.Namespace }}
+- {{ printf "%s.%s.svc" $service $.Release.Namespace }}
+{{- end }}

@@ -26,8 +26,8 @@ sidecarContainer also takes .resourceClaims (DRA claims the sidecar shares) and
 {{- define "kvmoq.relayURL" -}}
 {{- $url := .Values.sidecar.relayURL -}}
 {{- if and (not $url) .Values.relay.enabled -}}
-{{- $service := ternary "relay-edge" "relay" .Values.relay.edges.enabled -}}
-{{- $url = printf "moqt://%s-%s:%v" .Release.Name $service .Values.relay.port -}}
+{{- $service := include "kvmoq.relayService" (list . (ternary "edge" "root" .Values.relay.edges.enabled)) -}}
+{{- $url = printf "moqt://%s:%v" $service .Values.relay.port -}}
 {{- end -}}
 {{- if not $url -}}
 {{- fail "sidecar.relayURL is required when relay.enabled is false: the moqt://HOST:PORT of the relay the sidecars use" -}}
