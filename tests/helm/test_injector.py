@@ -54,10 +54,11 @@ class Injector:
     port: int
     context: ssl.SSLContext
 
+    def connect(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=10)
+
     def post(self, body: bytes, path: str = "/inject") -> tuple[int, bytes]:
-        connection = http.client.HTTPSConnection(
-            self.host, self.port, context=self.context, timeout=10
-        )
+        connection = self.connect()
         try:
             connection.request("POST", path, body, {"Content-Type": "application/json"})
             answer = connection.getresponse()
@@ -87,9 +88,7 @@ class Injector:
         return answer["response"]
 
     def healthy(self) -> bool:
-        connection = http.client.HTTPSConnection(
-            self.host, self.port, context=self.context, timeout=10
-        )
+        connection = self.connect()
         try:
             connection.request("GET", "/healthz")
             return connection.getresponse().status == 200
@@ -339,9 +338,7 @@ def test_malformed_reviews_get_a_clear_400_and_the_injector_stays_up(
 
 def test_an_oversized_review_is_refused_from_its_headers(injector: Injector) -> None:
     """The injector answers from the Content-Length, without reading the body."""
-    connection = http.client.HTTPSConnection(
-        injector.host, injector.port, context=injector.context, timeout=10
-    )
+    connection = injector.connect()
     try:
         connection.putrequest("POST", "/inject")
         connection.putheader("Content-Length", str(MAX_REVIEW_BYTES + 1))
