@@ -9,7 +9,7 @@ stream types and extensions, and objects byte for byte in both directions.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -93,6 +93,19 @@ class Answerer:
             self.served += 1
 
 
+def until_last_object(answer: Answerer) -> Callable[[list[MoqtEvent]], bool]:
+    """A `run_until` condition: the track's last object has arrived (answering meanwhile)."""
+    last = (answer.spec.groups - 1, answer.spec.objects - 1)
+
+    def done(events: list[MoqtEvent]) -> bool:
+        answer(events)
+        return any(
+            isinstance(e, ev.ObjectReceived) and (e.group_id, e.object_id) == last for e in events
+        )
+
+    return done
+
+
 @pytest.mark.parametrize("relay", RELAYS, indirect=True)
 def test_subscribe_through_relay_to_aiomoqt_publisher(
     relay: RelayPeer,
@@ -103,16 +116,7 @@ def test_subscribe_through_relay_to_aiomoqt_publisher(
     start_peer("aiomoqt", "pub", url=relay.url, **spec.params()).wait_ready()
     answer = Answerer(client, spec)
     request_id = client.session.subscribe(FullTrackName((b"kvtest", b"sub"), b"t0"))
-
-    def last_object_in(events: list[MoqtEvent]) -> bool:
-        answer(events)
-        return any(
-            isinstance(e, ev.ObjectReceived)
-            and (e.group_id, e.object_id) == (spec.groups - 1, spec.objects - 1)
-            for e in events
-        )
-
-    client.run_until(last_object_in, spec.timeout)
+    client.run_until(until_last_object(answer), spec.timeout)
     objects = [
         e
         for e in client.events
@@ -166,22 +170,30 @@ def test_fetch_cached_groups_from_relay(
     client: UdpClient,
     start_peer: StartPeer,  # noqa: F811
 ) -> None:
-    """Once a subscriber has pulled the track through the relay, FETCH returns its groups.
-    moq-rs serves one group per FETCH, so groups are fetched one at a time."""
+    """While our subscription holds the track at the relay, FETCH returns its groups.
+
+    The subscription stays open through the FETCHes because moq-rs drops a track's groups
+    once its last subscriber leaves (a FETCH after that goes upstream, to a publisher that
+    keeps no past groups). moq-rs serves one group per FETCH, so groups are fetched one at
+    a time."""
     spec = TrackSpec(namespace="kvtest/fetch", objects=2, sizes=[100, 20_000], timeout=15.0)
     start_peer("aiomoqt", "pub", url=relay.url, **spec.params()).wait_ready()
-    start_peer("aiomoqt", "sub", url=relay.url, **spec.params()).expect_success(spec.timeout + 10)
     answer = Answerer(client, spec)
     track = FullTrackName((b"kvtest", b"fetch"), b"t0")
+    client.session.subscribe(track)
+    client.run_until(until_last_object(answer), spec.timeout)
     objects: list[ev.ObjectReceived] = []
     for group in range(spec.groups):
         request_id = client.session.fetch(StandaloneFetch(track, Location(group, 0), group))
 
         def fetched(events: list[MoqtEvent], request_id: int = request_id) -> bool:
             answer(events)
-            assert not any(
-                isinstance(e, ev.RequestRejected) and e.request_id == request_id for e in events
-            ), events
+            rejected = [
+                e
+                for e in events
+                if isinstance(e, ev.RequestRejected) and e.request_id == request_id
+            ]
+            assert not rejected, rejected
             return any(
                 isinstance(e, ev.DataStreamEnded) and e.request_id == request_id for e in events
             )
