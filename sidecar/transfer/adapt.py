@@ -3,9 +3,17 @@
 CacheGen's rule (§5.3 of the paper, `config_selection` in its artifact): the time left is
 shared among the chunks left, and each chunk takes the best quality whose bytes arrive
 within its share at the throughput measured so far. A chunk finished early leaves its slack to
-the ones after it. When even the smallest track does not fit, loading stops: the KV cache must
-be a contiguous prefix (attention is causal), so skipping one chunk would waste every chunk
-after it, and the model server recomputes the rest from the token ids.
+the ones after it. The KV cache must be a contiguous prefix (attention is causal), so
+skipping one chunk would waste every chunk after it; the model server recomputes whatever
+the load leaves from the token ids.
+
+One change to CacheGen's stop: where no track fits a chunk's share, the chunk still loads on
+the track that lands soonest if it lands before the deadline, and the load stops only when
+nothing can. The deadline is what the caller lets a load take instead of computing, so a
+chunk in by then is a chunk fewer to compute; the share only spreads quality over the
+chunks. Stopping at the share made one slow sample end a whole load: single-track fp16
+loads into vLLM stopped after 19 of 32 chunks with two thirds of their deadline unused, and
+a first chunk refused ended the load with nothing (docs/benchmarks.md, "vLLM").
 
 One change to CacheGen's equal shares: the load's most recent chunk weighs `RECENT_WEIGHT`
 shares, because the tokens a decode server generates first attend hardest to the most recent
@@ -123,7 +131,9 @@ def choose_track(
     track_rates: Mapping[str, float] | None = None,
 ) -> str | None:
     """The best track whose bytes for this chunk fit its share of the time left
-    (`time_share`); None: stop and leave this chunk and all after it to recompute.
+    (`time_share`); where none does, the one that lands soonest if it lands within the time
+    left; None: nothing lands in time, so stop and leave this chunk and all after it to
+    recompute.
 
     `chunk_bytes` is the catalog's size of this chunk per track on offer; `chunks_left`
     counts this chunk. Tracks missing from `quality_order` are never chosen, so a subscriber
@@ -133,16 +143,26 @@ def choose_track(
     rate that mixes the two refused fp16 loads that fitted with room to spare.
     """
     share = time_share(time_left, chunks_left, last_is_recent=last_is_recent)
-    rates = track_rates or {}
-    return next(
-        (
-            track
-            for track in quality_order
-            if track in chunk_bytes
-            and chunk_bytes[track] <= share * rates.get(track, bytes_per_second)
-        ),
-        None,
-    )
+    seconds = _Timing(chunk_bytes, bytes_per_second, track_rates or {})
+    offered = [track for track in quality_order if track in chunk_bytes]
+    best = next((track for track in offered if seconds(track) <= share), None)
+    if best is not None:
+        return best
+    soonest = min(offered, key=seconds, default=None)
+    return soonest if soonest is not None and seconds(soonest) <= time_left else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    """Seconds a chunk's bytes take on a track: at the track's own measured rate where
+    there is one, else at the rate measured over all tracks."""
+
+    chunk_bytes: Mapping[str, int]
+    bytes_per_second: float
+    track_rates: Mapping[str, float]
+
+    def __call__(self, track: str) -> float:
+        return self.chunk_bytes[track] / self.track_rates.get(track, self.bytes_per_second)
 
 
 def chunk_sizes(catalog: Catalog, chunks: int) -> list[dict[str, int]]:
@@ -177,8 +197,8 @@ def load_seconds_estimate(
     long as that track's own measured rate says (`track_rates`, bytes per second by track)
     where there is one, else `bytes_per_second`, as the rule times it.
 
-    Where the rule would stop because not even the smallest track fits, the remaining chunks
-    count at their smallest track: the estimate then exceeds the budget, which tells a model
+    Where the rule would stop because nothing lands within the budget, the remaining chunks
+    count at their quickest track: the estimate then exceeds the budget, which tells a model
     server that a load in that time would leave the rest to compute.
     """
     rates = track_rates or {}
@@ -192,7 +212,8 @@ def load_seconds_estimate(
             quality_order,
             track_rates=rates,
         )
+        seconds = _Timing(sizes, bytes_per_second, rates)
         if track is None:
-            track = min((name for name in quality_order if name in sizes), key=sizes.__getitem__)
-        elapsed += sizes[track] / rates.get(track, bytes_per_second)
+            track = min((name for name in quality_order if name in sizes), key=seconds)
+        elapsed += seconds(track)
     return elapsed

@@ -78,7 +78,7 @@ class StopReason(enum.Enum):
     NOT_FOUND = "not found"
     """No published prompt shares a whole chunk with the query."""
     DEADLINE = "deadline"
-    """The next chunk could not arrive in time, even on the smallest track."""
+    """The next chunk could not arrive before the deadline on any track."""
     PUBLISHER_GONE = "publisher gone"
     """The publisher left before every chunk the load wanted was described, or sent: the
     relay holds the next chunk on no track."""
@@ -280,21 +280,19 @@ class KVSubscriber:
         background and observe it; one at a time, others asked meanwhile are dropped."""
         if self._remeasuring is not None and not self._remeasuring.done():
             return
-        clock = asyncio.get_running_loop().time
 
-        async def timed() -> None:
-            started = clock()
+        async def sample() -> None:
             try:
-                await fetch()
+                _, seconds = await _timed(fetch())
             except Exception as exc:
                 # Anything (a session closing under it included) means no sample; the next
                 # load finds out what is wrong. Left unretrieved, the error would be logged
                 # from the garbage collector.
                 log.debug("remeasure_failed", track=track, error=repr(exc))
                 return
-            self.observe(track, max(size, 1), max(clock() - started, 1e-6))
+            self.observe(track, max(size, 1), max(seconds, 1e-6))
 
-        self._remeasuring = asyncio.ensure_future(timed())
+        self._remeasuring = asyncio.ensure_future(sample())
 
     def observe(self, track: str, nbytes: int, seconds: float) -> None:
         """A chunk of `track` took `seconds` from its FETCH to its last byte."""
@@ -460,7 +458,8 @@ class _Transfer:
     index: int
     track: str
     started: float
-    task: asyncio.Task[list[bytes]]
+    task: asyncio.Task[tuple[list[bytes], float]]
+    """The chunk's objects, and the seconds from its FETCH to its last byte."""
 
 
 class _Load:
@@ -521,7 +520,7 @@ class _Load:
     async def _step(self, transfer: _Transfer) -> _Transfer | StopReason:
         """Finish one transfer; what to wait for next (a chunk, or the end of the load)."""
         try:
-            payloads = await asyncio.wait_for(transfer.task, self.time_left())
+            payloads, seconds = await asyncio.wait_for(transfer.task, self.time_left())
         except TimeoutError:
             return StopReason.DEADLINE
         except (KVCodecError, RequestRefused) as exc:
@@ -535,7 +534,8 @@ class _Load:
             return retry or await self._next(transfer.index + 1)
         except (MoqtApiError, ConnectionError):
             return StopReason.RELAY_GONE
-        seconds = self.clock() - transfer.started
+        # The transfer's own seconds: a prefetched chunk's bytes are often in before the
+        # previous chunk is stored, and the wait for that store is not the link's.
         size = transfer.catalog.chunk_bytes(transfer.index)[transfer.track]
         self.subscriber.observe(transfer.track, max(size, 1), max(seconds, 1e-6))
         ready, after = self.source.feed.catalog, transfer.index + 1
@@ -603,7 +603,7 @@ class _Load:
                 self._remeasure(catalog, index, failed)
             return StopReason.DEADLINE
         size = catalog.chunk_bytes(index)[track]
-        task = asyncio.ensure_future(self._fetch(catalog, index, track, size))
+        task = asyncio.ensure_future(_timed(self._fetch(catalog, index, track, size)))
         return _Transfer(catalog, index, track, self.clock(), task)
 
     def _remeasure(self, catalog: Catalog, index: int, failed: set[str]) -> None:
@@ -680,6 +680,14 @@ class _Load:
         log.warning("chunk_rejected", prompt=prompt, chunk=index, reason=reason)
         span = transfer.catalog.chunk_span(index)
         self.rejected.append(RejectedChunk(index, span, transfer.track, reason))
+
+
+async def _timed(fetch: Awaitable[list[bytes]]) -> tuple[list[bytes], float]:
+    """`fetch`'s result and the seconds it took, on the loop's clock."""
+    clock = asyncio.get_running_loop().time
+    started = clock()
+    payloads = await fetch
+    return payloads, clock() - started
 
 
 async def _cancel(stream: FetchStream) -> None:

@@ -86,10 +86,11 @@ def test_each_chunk_takes_as_long_as_its_tracks_own_rate_says(catalog: Catalog) 
     assert load_seconds_estimate(sizes, 1e6, 10.0, track_rates=rates) == pytest.approx(fp16 / 2e6)
     only_int4 = load_seconds_estimate(sizes, 1e6, 10.0, ("int4",), track_rates=rates)
     assert only_int4 == pytest.approx(int4 / 0.25e6)
-    # Nothing fits: the smallest track, at its own rate.
-    assert load_seconds_estimate(sizes, 1e6, 1e-9, track_rates=rates) == pytest.approx(
-        int4 / 0.25e6
-    )
+    # Nothing lands in time: each chunk at its quickest track, at that track's own rate
+    # (int4, the smallest, is not the quickest at 0.25 MB/s).
+    quickest = sum(min(size / rates.get(t, 1e6) for t, size in s.items()) for s in sizes)
+    assert quickest < int4 / 0.25e6
+    assert load_seconds_estimate(sizes, 1e6, 1e-9, track_rates=rates) == pytest.approx(quickest)
     int8 = sum(s["int8"] for s in sizes)
     assert load_seconds_estimate(sizes, 1e6, 10.0, ("int8",), track_rates=rates) == pytest.approx(
         int8 / 1e6

@@ -9,7 +9,9 @@ margins of a third or more either side of each threshold."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -30,8 +32,20 @@ CHUNK = 128  # 262 KB a chunk on fp16, 0.26 s on the link
 RATE = "8mbit"
 BYTES_PER_SECOND = 1e6
 TRACKS = ("fp16", "int8", "int4")
+LATE_S = 0.05
+"""How late a load may return past its deadline: the event loop's scheduling, not a chunk."""
 
-Load = Callable[[int, float, float], Awaitable[tuple[PublishedPrompt, LoadResult, KVSubscriber]]]
+Load = Callable[[int, float, float], Awaitable["Loaded"]]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    prompt: PublishedPrompt
+    result: LoadResult
+    subscriber: KVSubscriber
+    """Its estimate updated by the load."""
+    seconds: float
+    """The load's own time, from `KVSubscriber.load` to its result."""
 
 
 def on_a_slow_link(
@@ -39,7 +53,7 @@ def on_a_slow_link(
 ) -> None:
     """Run `test` with a function that publishes a prompt of N chunks straight to the relay
     and loads it through the slow link within D seconds, starting from a throughput
-    estimate of R bytes/s: (prompt, result, the subscriber, whose estimate it has updated)."""
+    estimate of R bytes/s."""
     with lossy_link(relay.url, rate=RATE) as (url, _):
 
         async def main() -> None:
@@ -50,9 +64,7 @@ def on_a_slow_link(
             ):
                 seeds = iter(range(100))
 
-                async def load(
-                    chunks: int, deadline: float, rate: float
-                ) -> tuple[PublishedPrompt, LoadResult, KVSubscriber]:
+                async def load(chunks: int, deadline: float, rate: float) -> Loaded:
                     seed = next(seeds)
                     ids = [seed * 100_000 + i for i in range(chunks * CHUNK)]
                     prompt = publisher.prompt(
@@ -67,10 +79,12 @@ def on_a_slow_link(
                         chunk_size=CHUNK,
                         throughput=ThroughputEstimate(rate),
                     )
+                    clock = asyncio.get_running_loop().time
+                    started = clock()
                     result = await subscriber.load(
                         MODEL, ids, torch.zeros(LAYOUT.shape(len(ids))), deadline
                     )
-                    return prompt, result, subscriber
+                    return Loaded(prompt, result, subscriber, clock() - started)
 
                 await test(load)
 
@@ -82,19 +96,40 @@ def chunk_bytes(prompt: PublishedPrompt, track: str) -> int:
     return prompt.catalog.chunk_bytes(0)[track]
 
 
-def test_a_chunk_that_fits_on_no_track_stops_the_load(
+def test_past_their_shares_chunks_load_on_the_smallest_track_until_the_deadline(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
-    """Eight chunks in the time 5 int4 chunks take: not even int4 fits the first chunk's
-    share (a ninth of what the lookup left), so the load stops at once with nothing
-    written, for the model server to compute. Falling back to the smallest track instead
-    would write a few chunks and then miss the deadline with the next."""
+    """Sixteen chunks in the time 10 int4 chunks take: not even int4 fits the first chunk's
+    share (a seventeenth of the deadline), but each int4 chunk lands long before the
+    deadline, so the load takes int4 chunks until the next one would land late, and stops
+    there in time: chunks the model server need not compute, where stopping at the share
+    wrote none. How many depends on the link's jitter, so the bounds are loose."""
 
     async def test(load: Load) -> None:
-        probe, _, warm = await load(2, 30, BYTES_PER_SECOND)
-        rate = warm.throughput.bytes_per_second
-        deadline = 5 * chunk_bytes(probe, "int4") / rate
-        _, result, _ = await load(8, deadline, rate)
+        warm = await load(2, 30, BYTES_PER_SECOND)
+        rate = warm.subscriber.throughput.bytes_per_second
+        deadline = 10 * chunk_bytes(warm.prompt, "int4") / rate
+        loaded = await load(16, deadline, rate)
+        result = loaded.result
+        assert result.stopped is StopReason.DEADLINE, result
+        assert {chunk.track for chunk in result.loaded} == {"int4"}, result.loaded
+        assert 3 <= len(result.loaded) <= 10, result.loaded
+        assert loaded.seconds <= deadline + LATE_S, (loaded.seconds, deadline)
+
+    on_a_slow_link(relay, cert, test)
+
+
+def test_a_chunk_that_cannot_land_in_time_stops_the_load(
+    relay: RelayProcess, cert: CertificatePaths
+) -> None:
+    """A deadline shorter than one int4 chunk takes: nothing lands in time, so the load
+    stops at once with nothing written, for the model server to compute."""
+
+    async def test(load: Load) -> None:
+        warm = await load(2, 30, BYTES_PER_SECOND)
+        rate = warm.subscriber.throughput.bytes_per_second
+        deadline = 0.5 * chunk_bytes(warm.prompt, "int4") / rate
+        result = (await load(4, deadline, rate)).result
         assert result.stopped is StopReason.DEADLINE, result
         assert result.loaded == (), result.loaded
 
@@ -112,12 +147,12 @@ def test_each_chunk_gets_its_share_of_the_time_and_the_last_one_the_rest(
     change a track below."""
 
     async def test(load: Load) -> None:
-        probe, _, warm = await load(2, 30, BYTES_PER_SECOND)
-        rate = warm.throughput.bytes_per_second
-        int8, fp16 = (chunk_bytes(probe, track) / rate for track in ("int8", "fp16"))
+        warm = await load(2, 30, BYTES_PER_SECOND)
+        rate = warm.subscriber.throughput.bytes_per_second
+        int8, fp16 = (chunk_bytes(warm.prompt, track) / rate for track in ("int8", "fp16"))
         assert 1.8 * int8 < fp16 < 2.2 * int8
         deadline = 4.5 * int8
-        _, result, _ = await load(2, deadline, rate)
+        result = (await load(2, deadline, rate)).result
         assert result.stopped is StopReason.COMPLETE, result
         assert [chunk.track for chunk in result.loaded] == ["int8", "fp16"], result.loaded
 
