@@ -87,6 +87,11 @@ class SessionGone(MoqtApiError, ConnectionError):
     """The session closed while a request or a stream of objects was still open."""
 
 
+class FetchReset(MoqtApiError):
+    """The peer reset a FETCH's data stream: its objects stop there, the session stays up.
+    A relay does this when its upstream leaves in the middle of the fetch."""
+
+
 class ReceiveOverflow(MoqtApiError):
     """The application read objects slower than they came and the buffer bound was reached."""
 
@@ -612,7 +617,7 @@ class Session:
         if fetch is not None:
             self._fetches.pop(event.request_id)
             if isinstance(event, ev.DataStreamReset):
-                fetch.fail(SessionGone(f"fetch stream reset (code {event.error_code:#x})"))
+                fetch.fail(FetchReset(f"fetch stream reset (code {event.error_code:#x})"))
             else:
                 fetch.end()
             return
