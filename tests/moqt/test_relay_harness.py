@@ -62,13 +62,16 @@ class RelayProcess:
 
 @contextmanager
 def running_relay(
-    cert: CertificatePaths, *flags: str, port: int | None = None
+    cert: CertificatePaths,
+    *flags: str,
+    port: int | None = None,
+    python: str | Path = sys.executable,
 ) -> Iterator[RelayProcess]:
-    """`python -m sidecar.cli relay` on ``port`` (default: a free one); yields once it
-    printed its URL."""
+    """`python -m sidecar.cli relay` on ``port`` (default: a free one), on the interpreter
+    ``python`` (default: this one); yields once it printed its URL."""
     port = port or free_udp_port()
     argv = [
-        sys.executable,
+        str(python),
         "-m",
         "sidecar.cli",
         "relay",

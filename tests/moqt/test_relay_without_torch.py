@@ -1,0 +1,78 @@
+"""The relay as `pip install kvmoq` installs it: the relay's dependencies only, no torch, on
+Python 3.12 (.venv-relay, made by scripts/setup.sh as the relay image's recipe does).
+
+The sidecar is tied to Python 3.11 by the CPU torch wheel; the relay is not, so it can run on
+the newer Python the native QUIC stacks need. These tests run that relay as a process and
+move a prompt's KV through it from this (3.11) interpreter, byte for byte."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from sidecar.cli import SIDECAR_EXTRA
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.transfer.subscriber import StopReason
+from tests.moqt.test_relay_harness import running_relay
+from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
+
+ROOT = Path(__file__).resolve().parents[2]
+RELAY_PYTHON = ROOT / ".venv-relay" / "bin" / "python"
+pytestmark = pytest.mark.skipif(
+    not RELAY_PYTHON.exists(), reason="no .venv-relay (scripts/setup.sh makes it with Python 3.12)"
+)
+
+LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=64, dtype="float16")
+
+
+def in_relay_env(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(RELAY_PYTHON), *argv], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+
+
+def test_the_relay_environment_is_python_3_12_without_torch() -> None:
+    probe = in_relay_env(
+        "-c",
+        "import sys, importlib.util; "
+        "print(*sys.version_info[:2], importlib.util.find_spec('torch') is None)",
+    )
+    assert probe.stdout.split() == ["3", "12", "True"], probe.stdout + probe.stderr
+
+
+def test_commands_that_need_the_sidecar_say_what_to_install() -> None:
+    usage = in_relay_env("-m", "sidecar.cli", "--help")
+    assert usage.returncode == 0, usage.stderr
+    for command in ("relay", "sidecar", "demo", "bench", "injector", "token", "cert"):
+        assert command in usage.stdout
+    for argv in (["sidecar", "--relay", "moqt://127.0.0.1:1"], ["demo"]):
+        refused = in_relay_env("-m", "sidecar.cli", *argv)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"pip install '{SIDECAR_EXTRA}'" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
+def test_a_prompt_loads_through_the_relay_on_python_3_12(cert: CertificatePaths) -> None:
+    ids = list(range(5000, 5000 + 3 * 128))
+    kv = synthetic_kv(len(ids), LAYOUT, seed=4).to(torch.float16)
+    with running_relay(cert, python=RELAY_PYTHON) as relay:
+
+        async def main() -> None:
+            async with network(relay.url, cert) as net:
+                await net.published(LAYOUT, ids, kv, tracks=("fp16", "int8"), chunk_size=128)
+                subscriber = await net.subscriber()
+                for track in ("fp16", "int8"):
+                    loaded = torch.zeros(LAYOUT.shape(len(ids)), dtype=torch.float16)
+                    result = await subscriber.load(MODEL, ids, loaded, 30, quality_order=(track,))
+                    assert result.stopped is StopReason.COMPLETE, result
+                    assert result.prefix_tokens == len(ids)
+                    codec = get_codec(track)
+                    expected = codec.decode(codec.encode(kv, LAYOUT), LAYOUT)
+                    assert torch.equal(loaded, expected.to(torch.float16)), track
+
+        run(main)
