@@ -8,13 +8,12 @@ skipping one chunk would waste every chunk after it; the model server recomputes
 the load leaves from the token ids.
 
 One change to CacheGen's stop: where no track fits a chunk's share, the chunk still loads on
-the track that lands soonest if that still pays and lands before the deadline; the load
-stops only when neither holds. It pays when it takes no longer than the load's deadline
-over its chunks: the deadline is what the caller lets a load take instead of computing, so
-that much is at most the chunk's part of the computing it saves. The share shrinks below it
-once earlier chunks ran late (one slow sample is enough), and stopping there ended loads
-that were still worth finishing: single-track fp16 loads into vLLM stopped after 19 of 32
-chunks with two thirds of their deadline unused (docs/benchmarks.md, "vLLM").
+the track that lands soonest if it lands before the deadline, and the load stops only when
+nothing can. The deadline is what the caller lets a load take instead of computing, so a
+chunk in by then is a chunk fewer to compute; the share only spreads quality over the
+chunks. Stopping at the share made one slow sample end a whole load: single-track fp16
+loads into vLLM stopped after 19 of 32 chunks with two thirds of their deadline unused, and
+a first chunk refused ended the load with nothing (docs/benchmarks.md, "vLLM").
 
 One change to CacheGen's equal shares: the load's most recent chunk weighs `RECENT_WEIGHT`
 shares, because the tokens a decode server generates first attend hardest to the most recent
@@ -130,12 +129,11 @@ def choose_track(
     *,
     last_is_recent: bool = True,
     track_rates: Mapping[str, float] | None = None,
-    pay_seconds: float = 0.0,
 ) -> str | None:
     """The best track whose bytes for this chunk fit its share of the time left
-    (`time_share`); where none does, the one that lands soonest, if it takes at most
-    `pay_seconds` (the load's deadline over its chunks; 0 is CacheGen's own stop) and lands
-    in the time left; None: stop and leave this chunk and all after it to recompute.
+    (`time_share`); where none does, the one that lands soonest if it lands within the time
+    left; None: nothing lands in time, so stop and leave this chunk and all after it to
+    recompute.
 
     `chunk_bytes` is the catalog's size of this chunk per track on offer; `chunks_left`
     counts this chunk. Tracks missing from `quality_order` are never chosen, so a subscriber
@@ -151,9 +149,7 @@ def choose_track(
     if best is not None:
         return best
     soonest = min(offered, key=seconds, default=None)
-    if soonest is None or seconds(soonest) > min(pay_seconds, time_left):
-        return None
-    return soonest
+    return soonest if soonest is not None and seconds(soonest) <= time_left else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +197,9 @@ def load_seconds_estimate(
     long as that track's own measured rate says (`track_rates`, bytes per second by track)
     where there is one, else `bytes_per_second`, as the rule times it.
 
-    Where the rule would stop, the remaining chunks count at their quickest track: the
-    estimate then says what loading them all would take, past what the rule allows, which
-    tells a model server that a load in that time would leave the rest to compute.
+    Where the rule would stop because nothing lands within the budget, the remaining chunks
+    count at their quickest track: the estimate then exceeds the budget, which tells a model
+    server that a load in that time would leave the rest to compute.
     """
     rates = track_rates or {}
     elapsed = 0.0
@@ -215,7 +211,6 @@ def load_seconds_estimate(
             len(chunk_bytes) - index,
             quality_order,
             track_rates=rates,
-            pay_seconds=budget / len(chunk_bytes),
         )
         seconds = _Timing(sizes, bytes_per_second, rates)
         if track is None:

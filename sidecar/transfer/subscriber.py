@@ -44,7 +44,7 @@ from sidecar.kvcache.naming import PromptName, chunk_count
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
 from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogTrust
 from sidecar.log import get_logger
-from sidecar.moqt.aio.api import FetchReset, FetchStream, MoqtApiError, RequestRefused, Session
+from sidecar.moqt.aio.api import FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import (
     QUALITY_ORDER,
@@ -78,7 +78,7 @@ class StopReason(enum.Enum):
     NOT_FOUND = "not found"
     """No published prompt shares a whole chunk with the query."""
     DEADLINE = "deadline"
-    """The next chunk could not arrive before the deadline, or would not pay, on any track."""
+    """The next chunk could not arrive before the deadline on any track."""
     PUBLISHER_GONE = "publisher gone"
     """The publisher left before every chunk the load wanted was described, or sent: the
     relay holds the next chunk on no track."""
@@ -490,8 +490,6 @@ class _Load:
         self.quality_order = quality_order
         self.on_loaded = on_loaded
         self.clock = asyncio.get_running_loop().time
-        self.pay_seconds = max(end - self.clock(), 0.0) / max(len(chunks), 1)
-        """A chunk's part of the deadline: past its share, a chunk still pays this long."""
         self.loaded: list[LoadedChunk] = []
         self.rejected: list[RejectedChunk] = []
         self.failed: dict[int, set[str]] = {}
@@ -525,13 +523,13 @@ class _Load:
             payloads, seconds = await asyncio.wait_for(transfer.task, self.time_left())
         except TimeoutError:
             return StopReason.DEADLINE
-        except (KVCodecError, RequestRefused, FetchReset) as exc:
+        except (KVCodecError, RequestRefused) as exc:
             self._reject(transfer, str(exc))
             retry = self._retry(transfer)
-            if retry is None and not isinstance(exc, KVCodecError) and self.source.feed.ended:
-                # The publisher left, and the relay holds this chunk on no track (it refused
-                # it, or reset it when its upstream went): it holds none after it either (it
-                # caches what passed, in order), and nobody else will send them.
+            if retry is None and isinstance(exc, RequestRefused) and self.source.feed.ended:
+                # The publisher left, and the relay holds this chunk on no track: it holds
+                # none after it either (it caches what passed, in order), and nobody else
+                # will send them.
                 return StopReason.PUBLISHER_GONE
             return retry or await self._next(transfer.index + 1)
         except (MoqtApiError, ConnectionError):
@@ -599,7 +597,6 @@ class _Load:
             [t for t in self.quality_order if t not in failed],
             last_is_recent=self.chunks.stop == self.source.chunks,
             track_rates=self.subscriber.track_rates(),
-            pay_seconds=self.pay_seconds,
         )
         if track is None:
             if index == self.chunks.start:

@@ -96,46 +96,25 @@ def chunk_bytes(prompt: PublishedPrompt, track: str) -> int:
     return prompt.catalog.chunk_bytes(0)[track]
 
 
-def test_a_load_running_late_goes_on_while_its_chunks_still_pay(
+def test_past_their_shares_chunks_load_on_the_smallest_track_until_the_deadline(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
-    """Four chunks in 1.8 F (F: an fp16 chunk's seconds, as a warm-up load measured it;
-    int4's about F/4), starting from an estimate eight times the link's rate: the first
-    chunk takes fp16, which really costs F or more (a load's first chunk runs slower). The
-    second chunk's share of the 0.8 F or less left is 0.2 F or less, under int4's 0.27 F,
-    but int4 still pays (the deadline over the chunks, 0.45 F) and lands in time, so the
-    load goes on in int4 until a chunk would land late. Stopping at the share ended it after
-    one chunk."""
+    """Sixteen chunks in the time 10 int4 chunks take: not even int4 fits the first chunk's
+    share (a seventeenth of the deadline), but each int4 chunk lands long before the
+    deadline, so the load takes int4 chunks until the next one would land late, and stops
+    there in time: chunks the model server need not compute, where stopping at the share
+    wrote none. How many depends on the link's jitter, so the bounds are loose."""
 
     async def test(load: Load) -> None:
         warm = await load(2, 30, BYTES_PER_SECOND)
         rate = warm.subscriber.throughput.bytes_per_second
-        fp16 = chunk_bytes(warm.prompt, "fp16") / rate
-        deadline = 1.8 * fp16
-        loaded = await load(4, deadline, 8 * rate)
-        tracks = [chunk.track for chunk in loaded.result.loaded]
-        assert loaded.result.stopped is StopReason.DEADLINE, loaded.result
-        assert tracks[0] == "fp16" and len(tracks) >= 2, (fp16, loaded)
-        assert set(tracks[1:]) == {"int4"}, tracks
-        assert loaded.seconds <= deadline + LATE_S, (loaded.seconds, deadline)
-
-    on_a_slow_link(relay, cert, test)
-
-
-def test_a_chunk_that_does_not_pay_stops_the_load(
-    relay: RelayProcess, cert: CertificatePaths
-) -> None:
-    """Eight chunks in the time 5 int4 chunks take: not even int4 fits a chunk's part of
-    the deadline, so loading would cost more than it saves. The load stops at once with
-    nothing written, for the model server to compute, though int4 chunks would land."""
-
-    async def test(load: Load) -> None:
-        warm = await load(2, 30, BYTES_PER_SECOND)
-        rate = warm.subscriber.throughput.bytes_per_second
-        deadline = 5 * chunk_bytes(warm.prompt, "int4") / rate
-        result = (await load(8, deadline, rate)).result
+        deadline = 10 * chunk_bytes(warm.prompt, "int4") / rate
+        loaded = await load(16, deadline, rate)
+        result = loaded.result
         assert result.stopped is StopReason.DEADLINE, result
-        assert result.loaded == (), result.loaded
+        assert {chunk.track for chunk in result.loaded} == {"int4"}, result.loaded
+        assert 3 <= len(result.loaded) <= 10, result.loaded
+        assert loaded.seconds <= deadline + LATE_S, (loaded.seconds, deadline)
 
     on_a_slow_link(relay, cert, test)
 
