@@ -5,7 +5,7 @@
 # so the images' recipe is exercised on every CI run without a container engine.
 #
 #   scripts/image-env.sh PREFIX           # the kvmoq image: sidecar, relay, injector, CLI
-#   scripts/image-env.sh PREFIX relay     # the relay image: the relay's dependencies only
+#   scripts/image-env.sh PREFIX relay     # the relay image (IMAGE=relay): no torch
 #
 # The kvmoq image adds the `sidecar` extra and the client library, on the Python the sidecar
 # is tied to by torch (KVMOQ_PYTHON, python3.11 as in setup.sh; torch==2.13.0 is the one pin
