@@ -12,8 +12,9 @@ lives here in the table rather than in its module.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,12 @@ class _LazyBenchmarks(argparse._SubParsersAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+CHILD_NEEDS = ("torch", "rich")
+"""What a benchmark's child processes import first: checked before one starts, so an install
+without the sidecar's dependencies is told what to install (by `kvmoq`'s handler of
+ModuleNotFoundError) instead of printing a child's traceback."""
+
+
 def _complete(parser: argparse.ArgumentParser, name: str) -> None:
     """Give benchmark `name`'s parser its options and handler (once), importing its module."""
     if parser.get_default("handler") is not None:
@@ -91,7 +98,13 @@ def _complete(parser: argparse.ArgumentParser, name: str) -> None:
     module = importlib.import_module(BENCHMARKS[name].module)
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     module.add_arguments(parser)
-    parser.set_defaults(handler=module.run)
+    parser.set_defaults(handler=functools.partial(_run, module.run))
+
+
+def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    for name in CHILD_NEEDS:
+        importlib.import_module(name)
+    return run(args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -50,7 +50,12 @@ def test_commands_that_need_the_sidecar_say_what_to_install() -> None:
     assert usage.returncode == 0, usage.stderr
     for command in ("relay", "sidecar", "demo", "bench", "injector", "token", "cert"):
         assert command in usage.stdout
-    for argv in (["sidecar", "--relay", "moqt://127.0.0.1:1"], ["demo"]):
+    for argv in (
+        ["sidecar", "--relay", "moqt://127.0.0.1:1", "--grpc", "unix:///nonexistent.sock"],
+        ["demo"],
+        ["bench", "e2e"],
+        ["injector", "--listen", "127.0.0.1:0", "--cert", "c", "--key", "k", "--template", "t"],
+    ):
         refused = in_relay_env("-m", "sidecar.cli", *argv)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert f"pip install '{SIDECAR_EXTRA}'" in refused.stderr, refused.stderr
