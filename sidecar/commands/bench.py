@@ -3,10 +3,10 @@
 Each benchmark module exposes `add_arguments(parser)` and `run(args) -> int`; it prints a
 table with a same-run baseline and writes the figures as JSON when `--json FILE` is given.
 
-The modules import torch, the QUIC stacks and the model code at the top, so a benchmark's
-module is imported, and its options added, only once the command line names it: `kvmoq
---help` and every other subcommand stay free of them. That is why each one-line description
-lives here in the table rather than in its module.
+The modules (or the child processes they start) import torch, the QUIC stacks and the model
+code, so a benchmark's module is imported, and its options added, only once the command line
+names it: `kvmoq --help` and every other subcommand stay free of them. That is why each
+one-line description lives here in the table rather than in its module.
 """
 
 from __future__ import annotations
