@@ -59,6 +59,8 @@ QUALITY_TOKENS = 16
 MIX_REQUESTS = 8
 MIX_TOKENS = 1024
 PUBLISH_WAIT_S = 300.0
+LOAD_DEADLINE_BOUND_S = 600.0
+"""D's connector `load_deadline`: only a bound, as each of D's requests brings its own."""
 SPEEDUP_GOAL = 5.0
 KL_GOAL = 0.01
 ADAPTIVE = "adaptive"
@@ -122,15 +124,21 @@ class Prompts:
 
 
 def request(
-    token_ids: list[int], tracks: tuple[str, ...] = (), *, quality: bool = False
+    token_ids: list[int],
+    tracks: tuple[str, ...] = (),
+    *,
+    quality: bool = False,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """A timed request (one token, no log-probabilities), or a quality one (the first
-    `QUALITY_TOKENS` tokens, each with the whole vocabulary's log-probabilities)."""
+    `QUALITY_TOKENS` tokens, each with the whole vocabulary's log-probabilities); D's carry
+    their load's `deadline` (the connector's `kvmoq_deadline`)."""
     return {
         "token_ids": token_ids,
         "max_tokens": QUALITY_TOKENS if quality else 1,
         "logprobs": -1 if quality else None,
         "tracks": list(tracks),
+        "deadline": deadline,
     }
 
 
@@ -159,11 +167,15 @@ def _measure(
     job: Job, children: Children, cert: CertificatePaths, console: Console
 ) -> harness.Report:
     from sidecar.demo.services import start_relay
-    from sidecar.demo.vllm_engines import start_engine
 
     prompts = Prompts.make(job.tokens, job.repeat)
-    console.log(f"engine R (plain vLLM, {DTYPE}): recompute, then its own prefix cache")
-    r = start_engine(children, "engine r", "none", dtype=DTYPE)
+    console.log("relay, sidecars; engines R (plain), P (kvmoq producer), D (kvmoq consumer), E")
+    relay = start_relay(children, cert)
+    sidecar_p, sidecar_d = _start_sidecars(children, relay.url, cert)
+    storage = Path(cert.cert).parent / "example-connector"
+    r, p, d, e = _start_engines(children, job, sidecar_p, sidecar_d, storage)
+
+    console.log(f"R ({DTYPE}): recompute, then its own prefix cache")
     # The reference first, while the prompt is new to R: its logits come from a whole
     # prefill, as recompute's do.
     (reference,) = r.run(request(prompts.main, quality=True)).outputs
@@ -175,12 +187,6 @@ def _measure(
         _row("recompute", "-", recompute_s, recompute_s),
         _row("vLLM prefix cache, same engine", "local", local_hit, recompute_s),
     ]
-
-    console.log("relay, sidecars; engines P (kvmoq producer), D (kvmoq consumer), E (Example)")
-    relay = start_relay(children, cert)
-    sidecar_p, sidecar_d = _start_sidecars(children, relay.url, cert)
-    storage = Path(cert.cert).parent / "example-connector"
-    p, d, e = _start_engines(children, job, sidecar_p, sidecar_d, storage, deadline)
 
     console.log("P serves the prompt and the mix's hits; its sidecar publishes them")
     _serve(p, sidecar_p, job.tracks[0], [prompts.main, *prompts.hits])
@@ -196,12 +202,12 @@ def _measure(
 
     console.log(f"D loads each track once into the relay's cache ({', '.join(job.tracks)})")
     for track in job.tracks:
-        d.run(request(prompts.main, (track,)))
+        d.run(request(prompts.main, (track,), deadline=deadline))
     links: dict[str, dict[str, Any]] = {}
     namespace = netns.Namespace(job.namespace) if job.namespace else None
     for link in (LOOPBACK, *job.limits):
         if link == LOOPBACK:
-            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s)
+            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s, deadline)
             continue
         assert namespace is not None
         limit = netns.LinkLimit.parse(link)
@@ -211,13 +217,13 @@ def _measure(
             console.log(
                 f"link limited to {link}: a bulk TCP transfer gets {measured / 1e6:.0f} Mbit/s"
             )
-            d.run(request(prompts.main))  # D's sidecar measures the new link
-            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s)
+            d.run(request(prompts.main, deadline=deadline))  # D's sidecar measures the link
+            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s, deadline)
 
     console.log(f"throughput: {MIX_REQUESTS} prompts of {MIX_TOKENS} tokens, half of them hits")
-    mix = [request(ids) for ids in (*prompts.hits, *prompts.misses)]
-    mix_kvmoq = d.run(*mix).seconds
-    mix_recompute = r.run(*mix).seconds
+    mix = [*prompts.hits, *prompts.misses]
+    mix_kvmoq = d.run(*(request(ids, deadline=deadline) for ids in mix)).seconds
+    mix_recompute = r.run(*(request(ids) for ids in mix)).seconds
     for engine in (p, d, e, r):
         engine.close()
     return {
@@ -260,17 +266,18 @@ def _start_engines(
     sidecar_p: SidecarNode,
     sidecar_d: SidecarNode,
     storage: Path,
-    deadline: float,
-) -> tuple[Engine, Engine, Engine]:
-    """P, D and E, started side by side (each spends most of its 35 s importing)."""
+) -> tuple[Engine, Engine, Engine, Engine]:
+    """R, P, D and E, started side by side (each spends most of its 35 s importing). D's
+    loads get their deadline per request (R measures it), within `LOAD_DEADLINE_BOUND_S`."""
     from sidecar.demo.vllm_engines import start_engine
 
     tracks = ",".join(job.tracks)
     kvmoq = {"tracks": tracks, "default_track": job.tracks[0]}
     starts = [
+        ("engine r", "none", "kv_both", {}, True),
         ("engine p", "kvmoq", "kv_producer", {**kvmoq, "sidecar": sidecar_p.grpc}, True),
         ("engine d", "kvmoq", "kv_consumer",
-         {**kvmoq, "sidecar": sidecar_d.grpc, "load_deadline": deadline}, False),
+         {**kvmoq, "sidecar": sidecar_d.grpc, "load_deadline": LOAD_DEADLINE_BOUND_S}, False),
         ("engine e", "example", "kv_both", {"shared_storage_path": str(storage)}, False),
     ]  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(len(starts)) as pool:
@@ -287,8 +294,8 @@ def _start_engines(
             )
             for name, connector, role, extra, caching in starts
         ]
-        p, d, e = (future.result() for future in futures)
-    return p, d, e
+        r, p, d, e = (future.result() for future in futures)
+    return r, p, d, e
 
 
 def _serve(engine: Engine, sidecar: SidecarNode, track: str, prompts: list[list[int]]) -> None:
@@ -312,19 +319,20 @@ def _loads(
     reference: Output,
     link: str,
     recompute_s: float,
+    deadline: float,
 ) -> list[dict[str, Any]]:
     """D's TTFT with each track alone and adaptively on `link`, the fastest of `repeat`;
-    each judged by a quality request on the same link."""
+    each judged by a quality request on the same link; each load within `deadline`."""
     rows = []
     for label in (*job.tracks, ADAPTIVE):
         tracks = () if label == ADAPTIVE else (label,)
         fastest, chunks = math.inf, {}
         for _ in range(job.repeat):
             before = sidecar_d.counter("kvmoq_loaded_chunks")
-            seconds = d.run(request(prompt, tracks)).seconds
+            seconds = d.run(request(prompt, tracks, deadline=deadline)).seconds
             if seconds < fastest:
                 fastest, chunks = seconds, sidecar_d.growth("kvmoq_loaded_chunks", before)
-        (loaded,) = d.run(request(prompt, tracks, quality=True)).outputs
+        (loaded,) = d.run(request(prompt, tracks, quality=True, deadline=deadline)).outputs
         rows.append(
             _row(f"kvmoq {label}", link, fastest, recompute_s)
             | {"chunks": chunks}

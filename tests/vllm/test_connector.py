@@ -4,6 +4,7 @@ recomputed, never wrong."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -12,6 +13,7 @@ import time
 
 import pytest
 from kvmoq_client.client import RECONNECT_WITHIN_S
+from kvmoq_client.vllm.settings import DEFAULT_LOAD_DEADLINE_S
 
 from sidecar.demo.vllm_engines import MODEL_DIR, Engine, Output
 from sidecar.kvcache.naming import chunk_count
@@ -170,6 +172,24 @@ def test_a_chunk_that_fails_verification_is_recomputed(
     # recomputed once the connector reported the block failed: everything from there on.
     recovered = [line for line in stack.d.child.extra_lines if "KV load failure" in line]
     assert recovered and f"({LOADED - corrupt * CHUNK} tokens affected)" in recovered[-1]
+
+
+def test_a_request_sets_its_own_load_deadline_within_the_connectors(stack: Stack) -> None:
+    """`kvmoq_deadline` in a request's kv_transfer_params: its load gets that long, and no
+    longer than the connector's `load_deadline` however long it asks for (whoever sends
+    requests may tighten the operator's bound, not widen it). The sidecar logs each Load's
+    deadline as it received it."""
+    short, long = prompt(14), prompt(15)
+    served = served_by_p(stack, short, long)
+    for ids, reference, asked, bound in (
+        (short, served[0], 0.5, 0.5),
+        (long, served[1], 3600, DEFAULT_LOAD_DEADLINE_S),
+    ):
+        (loaded,) = stack.d.run({**request(ids, "fp16"), "deadline": asked}).outputs
+        assert_same_greedy_text(loaded, reference)
+        log = stack.sidecar_d.child.log_tail(100_000).splitlines()
+        started = json.loads([line for line in log if '"load_started"' in line][-1])
+        assert bound - 0.5 < started["deadline"] <= bound, (asked, started)
 
 
 def test_blocks_in_vllms_own_prefix_cache_are_not_fetched_again(stack: Stack) -> None:

@@ -21,6 +21,9 @@ class LoadJob:
     first_block: int
     tracks: tuple[str, ...] = ()
     """The request's own choice of tracks, best first; empty: the connector's."""
+    deadline: float | None = None
+    """The request's own load deadline, seconds (the connector's bounds it); None: the
+    connector's."""
 
 
 @dataclass(frozen=True)

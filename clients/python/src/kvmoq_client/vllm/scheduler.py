@@ -9,6 +9,7 @@ request.
 from __future__ import annotations
 
 import logging
+import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,30 @@ LOOKUP_THREADS = 4
 TRACKS_PARAM = "kvmoq_tracks"
 """A request's `kv_transfer_params` key for the tracks its load may use, best first
 (`SamplingParams(extra_args={"kv_transfer_params": {"kvmoq_tracks": ["int8"]}})`)."""
+
+
+DEADLINE_PARAM = "kvmoq_deadline"
+"""A request's `kv_transfer_params` key for a load deadline of its own, in seconds: shorter
+than the connector's `load_deadline`, which bounds it (whoever sends requests can tighten
+the operator's bound, not widen it). A caller that knows how fast the engine computes a
+prompt gives its load no longer than computing it would take."""
+
+
+def request_deadline(params: dict[str, Any] | None) -> float | None:
+    """The load deadline a request asks for; None (the connector's) when it asks none, and
+    a malformed value is logged and ignored."""
+    deadline = (params or {}).get(DEADLINE_PARAM)
+    if deadline is None:
+        return None
+    if (
+        isinstance(deadline, int | float)
+        and not isinstance(deadline, bool)
+        and math.isfinite(deadline)
+        and deadline > 0
+    ):
+        return float(deadline)
+    log.warning("kvmoq: ignoring %s=%r: expected seconds > 0", DEADLINE_PARAM, deadline)
+    return None
 
 
 def request_tracks(params: dict[str, Any] | None) -> tuple[str, ...]:
@@ -137,6 +162,7 @@ class SchedulerSide:
                 block_ids[:count],
                 hit.local_tokens // self._block_size,
                 request_tracks(request.kv_transfer_params),
+                request_deadline(request.kv_transfer_params),
             )
         )
 

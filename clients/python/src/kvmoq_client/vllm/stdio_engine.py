@@ -7,8 +7,9 @@ benchmark cannot import vLLM: it starts this module with vLLM's Python and talks
 pipes. vLLM logs to stdout as well, so answers are the lines that start with `{"event"`.
 
 Prints {"event": "ready"} once the engine is up, then answers each line
-{"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...], "logprobs": K}, ...]}
-(`tracks`: the kvmoq load's, optional; `logprobs`: top K per generated position, -1 for the
+{"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...], "deadline": S,
+"logprobs": K}, ...]} (`tracks` and `deadline`: the kvmoq load's, optional, as the
+connector's `kvmoq_tracks` and `kvmoq_deadline`; `logprobs`: top K per generated position, -1 for the
 whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
 [...]}: S is the wall time of the batch, each output the greedy token ids and text, the
 log-probabilities, and the prompt tokens vLLM did not compute (`cached_tokens`: its own
@@ -82,10 +83,22 @@ def main() -> None:
         print(json.dumps(_generate(llm, json.loads(line)["requests"])), flush=True)
 
 
+def _transfer_params(
+    request: dict[str, Any], tracks_key: str, deadline_key: str
+) -> dict[str, Any] | None:
+    """The kvmoq `kv_transfer_params` a request line asks for, as vLLM's `extra_args`."""
+    params = {
+        key: request[field]
+        for key, field in ((tracks_key, "tracks"), (deadline_key, "deadline"))
+        if request.get(field)
+    }
+    return {"kv_transfer_params": params} if params else None
+
+
 def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
     from vllm import SamplingParams
 
-    from kvmoq_client.vllm.scheduler import TRACKS_PARAM
+    from kvmoq_client.vllm.scheduler import DEADLINE_PARAM, TRACKS_PARAM
 
     prompts = [{"prompt_token_ids": r["token_ids"]} for r in batch]
     params = [
@@ -93,9 +106,7 @@ def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
             temperature=0,
             max_tokens=r["max_tokens"],
             logprobs=r.get("logprobs", DEFAULT_LOGPROBS),
-            extra_args={"kv_transfer_params": {TRACKS_PARAM: r["tracks"]}}
-            if r.get("tracks")
-            else None,
+            extra_args=_transfer_params(r, TRACKS_PARAM, DEADLINE_PARAM),
         )
         for r in batch
     ]

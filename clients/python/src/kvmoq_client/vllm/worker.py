@@ -11,6 +11,7 @@ and every other block of the load is reported as failed, for vLLM to recompute.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -110,7 +111,8 @@ class WorkerSide:
             client = self._registration.client
             return client.load(
                 set_id, job.token_ids, paged_blocks(staging),
-                tracks=job.tracks or self._settings.tracks, timeout=self._settings.load_deadline,
+                tracks=job.tracks or self._settings.tracks,
+                timeout=min(job.deadline or math.inf, self._settings.load_deadline),
                 held_tokens=job.first_block * size,
             ).wait()  # fmt: skip
 
