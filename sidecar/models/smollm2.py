@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,8 +106,17 @@ def write_hf_directory(destination: Path, dtype: str = "float16") -> Path:
     config without it, cast to `dtype`.
     """
     marker = destination / "model.safetensors"
-    if marker.is_file():
-        return destination
+    with _WRITING:  # engines started side by side each ask for it at once
+        if marker.is_file():
+            return destination
+        _write_hf_directory(destination, dtype)
+    return destination
+
+
+_WRITING = threading.Lock()
+
+
+def _write_hf_directory(destination: Path, dtype: str) -> None:
     import torch
     import transformers
 
@@ -114,10 +125,10 @@ def write_hf_directory(destination: Path, dtype: str = "float16") -> Path:
     plain = transformers.LlamaForCausalLM(transformers.LlamaConfig.from_dict(settings))
     plain.load_state_dict(source.state_dict())
     partial = destination.with_name(destination.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted run left
     plain.to(getattr(torch, dtype)).save_pretrained(partial)
     load_tokenizer().save_pretrained(partial)
     partial.rename(destination)
-    return destination
 
 
 def main() -> None:
