@@ -44,7 +44,7 @@ from sidecar.kvcache.naming import PromptName, chunk_count
 from sidecar.kvcache.prefix_index import ChunkSizeLimitError, PrefixIndex, PrefixMatch
 from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogTrust
 from sidecar.log import get_logger
-from sidecar.moqt.aio.api import FetchStream, MoqtApiError, RequestRefused, Session
+from sidecar.moqt.aio.api import FetchReset, FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import (
     QUALITY_ORDER,
@@ -523,13 +523,13 @@ class _Load:
             payloads, seconds = await asyncio.wait_for(transfer.task, self.time_left())
         except TimeoutError:
             return StopReason.DEADLINE
-        except (KVCodecError, RequestRefused) as exc:
+        except (KVCodecError, RequestRefused, FetchReset) as exc:
             self._reject(transfer, str(exc))
             retry = self._retry(transfer)
-            if retry is None and isinstance(exc, RequestRefused) and self.source.feed.ended:
-                # The publisher left, and the relay holds this chunk on no track: it holds
-                # none after it either (it caches what passed, in order), and nobody else
-                # will send them.
+            if retry is None and not isinstance(exc, KVCodecError) and self.source.feed.ended:
+                # The publisher left, and the relay holds this chunk on no track (it refused
+                # it, or reset it when its upstream went): it holds none after it either (it
+                # caches what passed, in order), and nobody else will send them.
                 return StopReason.PUBLISHER_GONE
             return retry or await self._next(transfer.index + 1)
         except (MoqtApiError, ConnectionError):
