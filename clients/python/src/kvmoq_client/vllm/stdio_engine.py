@@ -9,8 +9,8 @@ pipes. vLLM logs to stdout as well, so answers are the lines that start with `{"
 Prints {"event": "ready"} once the engine is up, then answers each line
 {"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...], "deadline": S,
 "logprobs": K}, ...]} (`tracks` and `deadline`: the kvmoq load's, optional, as the
-connector's `kvmoq_tracks` and `kvmoq_deadline`; `logprobs`: top K per generated position, -1 for the
-whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
+connector's `kvmoq_tracks` and `kvmoq_deadline`; `logprobs`: top K per generated position,
+-1 for the whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
 [...]}: S is the wall time of the batch, each output the greedy token ids and text, the
 log-probabilities, and the prompt tokens vLLM did not compute (`cached_tokens`: its own
 prefix cache and the connector's loads). The engine stops at the end of stdin.
@@ -83,13 +83,13 @@ def main() -> None:
         print(json.dumps(_generate(llm, json.loads(line)["requests"])), flush=True)
 
 
-def _transfer_params(
-    request: dict[str, Any], tracks_key: str, deadline_key: str
-) -> dict[str, Any] | None:
+def _transfer_params(request: dict[str, Any]) -> dict[str, Any] | None:
     """The kvmoq `kv_transfer_params` a request line asks for, as vLLM's `extra_args`."""
+    from kvmoq_client.vllm.scheduler import DEADLINE_PARAM, TRACKS_PARAM
+
     params = {
         key: request[field]
-        for key, field in ((tracks_key, "tracks"), (deadline_key, "deadline"))
+        for key, field in ((TRACKS_PARAM, "tracks"), (DEADLINE_PARAM, "deadline"))
         if request.get(field)
     }
     return {"kv_transfer_params": params} if params else None
@@ -98,15 +98,13 @@ def _transfer_params(
 def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
     from vllm import SamplingParams
 
-    from kvmoq_client.vllm.scheduler import DEADLINE_PARAM, TRACKS_PARAM
-
     prompts = [{"prompt_token_ids": r["token_ids"]} for r in batch]
     params = [
         SamplingParams(
             temperature=0,
             max_tokens=r["max_tokens"],
             logprobs=r.get("logprobs", DEFAULT_LOGPROBS),
-            extra_args=_transfer_params(r, TRACKS_PARAM, DEADLINE_PARAM),
+            extra_args=_transfer_params(r),
         )
         for r in batch
     ]
