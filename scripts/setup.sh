@@ -60,7 +60,7 @@ if [ ! -f .venv-relay/.stamp-$stamp_key ]; then
         log "creating .venv-relay with $PY312"
         [ -x .venv-relay/bin/python ] || "$PY312" -m venv .venv-relay
         .venv-relay/bin/python -m pip install -q --upgrade pip
-        .venv-relay/bin/pip install -q -e ".[fast]"
+        .venv-relay/bin/pip install -q -e ".[fast,pquic]"
         rm -f .venv-relay/.stamp-*
         touch ".venv-relay/.stamp-$stamp_key"
     else

@@ -48,6 +48,7 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
 
 
 @pytest.fixture
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
+def relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
+    """On aioquic; a test parametrized `relay` indirectly (RELAY_BACKENDS) names the stack."""
+    with running_relay(cert, backend=getattr(request, "param", "aioquic")) as process:
         yield process

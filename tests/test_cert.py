@@ -12,13 +12,14 @@ import pytest
 from cryptography import x509
 
 from sidecar.address import free_udp_port
-from sidecar.moqt.aio.quic_backend import BACKENDS, QuicSettings, load_backend
+from sidecar.moqt.aio.quic_backend import QuicSettings, load_backend
 from sidecar.moqt.aio.tls import (
     CertificateError,
     CertificatePaths,
     generate_certificate,
     write_certificate,
 )
+from tests.moqt.test_relay_harness import STACKS
 
 
 def run_cert(*args: str) -> subprocess.CompletedProcess[str]:
@@ -102,14 +103,14 @@ async def handshake(backend_name: str, server: CertificatePaths, ca: Path, host:
         quic_server.close()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", STACKS)
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
 def test_client_trusting_the_cert_connects(tmp_path: Path, backend: str, host: str) -> None:
     paths = make_cert(tmp_path, "server")
     asyncio.run(asyncio.wait_for(handshake(backend, paths, paths.cert, host), 20))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", STACKS)
 def test_client_trusting_another_ca_is_refused(tmp_path: Path, backend: str) -> None:
     paths = make_cert(tmp_path, "server")
     other = make_cert(tmp_path, "other")
@@ -117,7 +118,7 @@ def test_client_trusting_another_ca_is_refused(tmp_path: Path, backend: str) -> 
         asyncio.run(asyncio.wait_for(handshake(backend, paths, other.cert, "localhost"), 20))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", STACKS)
 def test_name_outside_the_cert_is_refused(tmp_path: Path, backend: str) -> None:
     paths = make_cert(tmp_path, "server")
     with pytest.raises(ConnectionError):

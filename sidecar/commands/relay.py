@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.address import Address, parse_address
+from sidecar.moqt.aio.quic_backend import BACKENDS
 
 if TYPE_CHECKING:
     from sidecar.moqt.aio.quic_backend import QuicSettings
@@ -178,7 +179,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="token (kvmoq token sign) this edge presents to its --upstream relay; re-read at "
         "each reconnection",
     )
-    parser.add_argument("--backend", choices=["aioquic", "qh3"], default="aioquic")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="aioquic",
+        help="QUIC stack: aioquic (pure Python), qh3 (Rust core; pip install 'kvmoq[fast]'), "
+        "aiopquic (picoquic in C on its own thread, Python >= 3.12; pip install "
+        "'kvmoq[pquic]'; always internet-size packets, --max-datagram-size does not apply)",
+    )
     parser.add_argument(
         "--max-datagram-size",
         type=int,
@@ -199,7 +207,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.moqt.aio.quic_backend import QuicSettings, QuicSettingsError
+    from sidecar.moqt.aio.quic_backend import QuicSettings, QuicSettingsError, load_backend
     from sidecar.moqt.aio.transport import run as run_loop
 
     if args.cert is not None and args.key is None:
@@ -233,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         settings = QuicSettings(backend=args.backend, stall_timeout=args.stall_timeout, **overrides)
+        load_backend(settings.backend)
     except QuicSettingsError as exc:
         print(f"kvmoq relay: {exc}")
         return 2

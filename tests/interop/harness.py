@@ -96,6 +96,8 @@ def skip_if_unavailable(kind: str) -> None:
         pytest.skip(f"aiomoqt peers need {AIOMOQT_PYTHON} (a Python 3.12 venv with aiomoqt)")
     if kind == "moqrs":
         pytest.importorskip("moq", reason="moq-rs peers need the moq-rs package (import moq)")
+    if kind == "kvmoq-pquic" and not (REPO_ROOT / ".venv-relay").exists():
+        pytest.skip("kvmoq's relay on aiopquic runs in .venv-relay (scripts/setup.sh)")
 
 
 class Peer:

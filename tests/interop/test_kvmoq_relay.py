@@ -1,6 +1,7 @@
 """kvmoq's relay between independent publishers and subscribers (aiomoqt, moq-rs).
 
-The relay runs as `kvmoq relay`, registered in the interop harness as peer kind "kvmoq".
+The relay runs as `kvmoq relay`, registered in the interop harness as peer kind "kvmoq" (on
+aioquic, Python 3.11) and "kvmoq-pquic" (on aiopquic, Python 3.12).
 The harness hands every relay `--port/--cert/--key`; a two-line adapter turns those into
 `--listen 127.0.0.1:PORT`, and the relay's "relay started" log line (stderr) marks it ready.
 The relay keeps its default 1350-byte QUIC packets: picoquic (under aiomoqt) drops larger
@@ -18,25 +19,34 @@ import pytest
 from tests.interop.conftest import StartPeer
 from tests.interop.harness import PROGRAMS, Program
 from tests.interop.scenario import TrackSpec, discovery_chain, received, relay_chain
+from tests.moqt.test_relay_harness import RELAY_PYTHON
 
+READY = re.compile(r"relay started")
 _ADAPTER = (
     "import sys; from sidecar.cli import main; f = dict(zip(sys.argv[1::2], sys.argv[2::2])); "
     "sys.exit(main(['relay', '--listen', '127.0.0.1:' + f['--port'], '--cert', f['--cert'], "
-    "'--key', f['--key']]))"
+    "'--key', f['--key'], '--backend', f['--backend']]))"
 )
 PROGRAMS[("kvmoq", "relay")] = Program(
-    Path(sys.executable), ("-c", _ADAPTER), ready_stderr=re.compile(r"relay started")
+    Path(sys.executable), ("-c", _ADAPTER, "--backend", "aioquic"), ready_stderr=READY
 )
+PROGRAMS[("kvmoq-pquic", "relay")] = Program(
+    RELAY_PYTHON, ("-c", _ADAPTER, "--backend", "aiopquic"), ready_stderr=READY
+)
+RELAYS = ("kvmoq", "kvmoq-pquic")
+"""kvmoq's relay on aioquic (Python 3.11, as the sidecar) and on aiopquic (3.12)."""
 
 KINDS = ("aiomoqt", "moqrs")
-CHAINS = [(pub, sub) for pub in KINDS for sub in KINDS]
+CHAINS = [(pub, relay, sub) for relay in RELAYS for pub in KINDS for sub in KINDS]
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize(("pub", "sub"), CHAINS, ids=[f"{p}-kvmoq-{s}" for p, s in CHAINS])
-def test_objects_cross_the_kvmoq_relay_intact(start_peer: StartPeer, pub: str, sub: str) -> None:
+@pytest.mark.parametrize(("pub", "relay", "sub"), CHAINS, ids=["-".join(c) for c in CHAINS])
+def test_objects_cross_the_kvmoq_relay_intact(
+    start_peer: StartPeer, pub: str, relay: str, sub: str
+) -> None:
     spec = TrackSpec(namespace="kvtest/kvmoq")
-    _, publisher, subscriber = relay_chain(start_peer, pub, "kvmoq", sub, spec)
+    _, publisher, subscriber = relay_chain(start_peer, pub, relay, sub, spec)
     subscriber.expect_success(timeout=spec.timeout + 10)
     assert received(subscriber) == spec.expected()
     assert str(publisher.version).startswith("moq-transport-14")
@@ -44,14 +54,15 @@ def test_objects_cross_the_kvmoq_relay_intact(start_peer: StartPeer, pub: str, s
 
 
 @pytest.mark.interop
+@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize("publisher_stays", [True, False], ids=["publisher-up", "publisher-gone"])
 def test_aiomoqt_fetch_is_served_from_the_kvmoq_cache(
-    start_peer: StartPeer, publisher_stays: bool
+    start_peer: StartPeer, publisher_stays: bool, relay: str
 ) -> None:
     """A subscriber pulls the track through the relay; a FETCH of every group then comes
     from the relay's cache, also once the publisher has left."""
     spec = TrackSpec(namespace="kvtest/kvmoq-fetch", objects=2, sizes=[100, 20_000], timeout=15.0)
-    relay_peer, publisher, subscriber = relay_chain(start_peer, "aiomoqt", "kvmoq", "aiomoqt", spec)
+    relay_peer, publisher, subscriber = relay_chain(start_peer, "aiomoqt", relay, "aiomoqt", spec)
     subscriber.expect_success(timeout=spec.timeout + 10)
     if not publisher_stays:
         publisher.stop()

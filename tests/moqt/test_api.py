@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.address import free_udp_port
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import BACKENDS, MiB, QuicSettings
+from sidecar.moqt.aio.quic_backend import MiB, QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
@@ -23,6 +23,7 @@ from sidecar.moqt.protocol.errors import (
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.moqt.relay.core import RelayLimits
+from tests.moqt.test_relay_harness import STACKS
 
 HOST = "127.0.0.1"
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2-135m", b"0123abcd")
@@ -89,7 +90,7 @@ def assert_objects(
         assert obj.payload == payload(obj.group_id, obj.object_id, size)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", STACKS)
 def test_live_subscription_round_trip(backend: str, cert: CertificatePaths) -> None:
     settings = QuicSettings.loopback(backend=backend, ca_file=cert.cert)  # type: ignore[arg-type]
     publisher = api.Publisher()
@@ -210,7 +211,7 @@ def test_track_status_and_unknown_track(settings: QuicSettings, cert: Certificat
     run(main)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", STACKS)
 def test_many_objects_and_large_objects(backend: str, cert: CertificatePaths) -> None:
     settings = QuicSettings.loopback(backend=backend, ca_file=cert.cert)  # type: ignore[arg-type]
     publisher = api.Publisher()

@@ -6,12 +6,15 @@ Every test runs a real `kvmoq relay` process and real MoQT sessions over QUIC on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+import pytest
 
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.quic_backend import QuicSettings, load_backend
@@ -36,6 +39,7 @@ from sidecar.moqt.protocol.events import (
 from sidecar.moqt.protocol.messages import FilterType, StandaloneFetch, SubscriptionFilter
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from tests.moqt.test_relay_harness import (
+    RELAY_BACKENDS,
     REPO,
     Client,
     RelayProcess,
@@ -43,7 +47,6 @@ from tests.moqt.test_relay_harness import (
     payload,
     running_relay,
     send_groups,
-    settings_for,
 )
 
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-1")
@@ -68,7 +71,7 @@ class Sessions:
     async def open(self, **settings: object) -> Client:
         client = Client()
         context = transport.connect(
-            self.relay.url, settings_for(self.cert, **settings), client.attach
+            self.relay.url, dataclasses.replace(self.relay.settings, **settings), client.attach
         )
         await context.__aenter__()
         self._contexts.append(context)
@@ -176,6 +179,7 @@ def test_prints_its_url_and_leaves_on_sigterm_with_goaway(cert: CertificatePaths
         assert relay.process.wait(15) == 0
 
 
+@pytest.mark.parametrize("relay", RELAY_BACKENDS, indirect=True)
 def test_one_upstream_subscription_fans_out_to_every_subscriber(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
@@ -200,6 +204,7 @@ def test_one_upstream_subscription_fans_out_to_every_subscriber(
     run(main)
 
 
+@pytest.mark.parametrize("relay", RELAY_BACKENDS, indirect=True)
 def test_late_decoders_load_past_groups_from_the_cache(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
@@ -291,6 +296,7 @@ def test_a_subscriber_joining_after_a_whole_group_hears_that_it_ended(
     run(main)
 
 
+@pytest.mark.parametrize("relay", RELAY_BACKENDS, indirect=True)
 def test_fetch_goes_upstream_once_then_comes_from_the_cache(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
@@ -430,13 +436,17 @@ def test_namespace_subscribers_hear_of_publishers_coming_and_going(
     run(main)
 
 
-def test_a_subscriber_that_stops_reading_falls_behind_alone(cert: CertificatePaths) -> None:
+@pytest.mark.parametrize("backend", RELAY_BACKENDS)
+def test_a_subscriber_that_stops_reading_falls_behind_alone(
+    cert: CertificatePaths, backend: str
+) -> None:
     """A stalled subscriber reads the cache once it wakes; the cache (4 MiB) lost what it had
     not read (12 MiB were sent), so it gets TOO_FAR_BEHIND. The relay stays up, and a new
     subscriber gets the groups still cached, each whole and intact."""
     namespace = json.dumps([part.decode() for part in NAMESPACE])
     flags = ("--max-queued-bytes", str(1 << 20), "--cache-bytes", str(4 << 20))
-    with running_relay(cert, *flags) as relay:
+    with running_relay(cert, *flags, backend=backend) as relay:
+        size = str(relay.settings.max_datagram_size)
         argv = [sys.executable, "-m", "tests.moqt.test_relay_harness", relay.url, str(cert.cert)]
         stalled: list[subprocess.Popen[str]] = []
 
@@ -445,7 +455,7 @@ def test_a_subscriber_that_stops_reading_falls_behind_alone(cert: CertificatePat
                 publisher = await sessions.open()
                 await announce(publisher)
                 process = subprocess.Popen(
-                    [*argv, namespace, TRACK.name.decode()],
+                    [*argv, namespace, TRACK.name.decode(), size],
                     cwd=REPO,
                     stdout=subprocess.PIPE,
                     text=True,

@@ -29,13 +29,13 @@ from tests.moqt import strategies
 from tests.moqt.test_relay import FROM_START, NAMESPACE, TRACK, expected, received
 from tests.moqt.test_relay_harness import (
     HOST,
+    RELAY_BACKENDS,
     Client,
     RelayProcess,
     accept,
     payload,
     running_relay,
     send_groups,
-    settings_for,
 )
 
 T = TypeVar("T")
@@ -61,9 +61,9 @@ class LoopThread:
         self._thread.join(10)
 
 
-@pytest.fixture(scope="module")
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
+@pytest.fixture(scope="module", params=RELAY_BACKENDS)
+def relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
+    with running_relay(cert, backend=request.param) as process:
         yield process
 
 
@@ -93,7 +93,7 @@ async def hostile_session(
         return on_event
 
     port = int(relay.url.rsplit(":", 1)[1])
-    async with transport.open_connection(HOST, port, settings_for(cert), attach) as endpoint:
+    async with transport.open_connection(HOST, port, relay.settings, attach) as endpoint:
         quic = endpoint.quic
         setup = ClientSetup((DRAFT_14,), SetupParameters(path=b"/", max_request_id=10))
         quic.send_stream_data(quic.get_next_available_stream_id(False), setup.encode())
@@ -193,7 +193,7 @@ class Bystanders:
 
 async def _open(relay: RelayProcess, cert: CertificatePaths, contexts: list[Any]) -> Client:
     client = Client()
-    context = transport.connect(relay.url, settings_for(cert), client.attach)
+    context = transport.connect(relay.url, relay.settings, client.attach)
     await context.__aenter__()
     contexts.append(context)
     return client

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from sidecar.address import free_tcp_port, free_udp_port
 from sidecar.moqt.aio import transport
-from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.quic_backend import BACKENDS, QuicSettings, installed
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.events import (
     DataStreamEnded,
@@ -40,6 +42,32 @@ from sidecar.moqt.relay.metrics import scrape
 HOST = "127.0.0.1"
 WAIT_S = 30.0  # only bounds a hang: the machine may be busy
 REPO = Path(__file__).resolve().parents[2]
+RELAY_PYTHON = REPO / ".venv-relay" / "bin" / "python"
+"""The relay alone, without torch, on Python 3.12 (scripts/setup.sh), where aiopquic runs."""
+
+STACKS = tuple(
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(
+            not installed(name),
+            reason=f"{name} is not installed in this Python (aiopquic needs 3.12: the tests of "
+            "the relay process run it from .venv-relay)",
+        ),
+    )
+    for name in BACKENDS
+)
+"""Every stack, for tests that run it in this process; those not installed here skip."""
+
+RELAY_BACKENDS = (
+    "aioquic",
+    pytest.param(
+        "aiopquic",
+        marks=pytest.mark.skipif(
+            not RELAY_PYTHON.exists(), reason=f"aiopquic runs in {RELAY_PYTHON} (setup.sh)"
+        ),
+    ),
+)
+"""For tests of the relay process on each stack: aioquic as the sidecar runs it, aiopquic."""
 
 E = TypeVar("E", bound=MoqtEvent)
 
@@ -48,6 +76,10 @@ E = TypeVar("E", bound=MoqtEvent)
 class RelayProcess:
     process: subprocess.Popen[str]
     url: str
+    settings: QuicSettings
+    """What a client of this relay runs on: loopback packets (16 KiB), or internet-size ones
+    for a relay on aiopquic (picoquic drops bigger packets, and aioquic sends the size it is
+    set to whatever the peer advertises)."""
 
     def stop(self) -> int:
         """SIGTERM, as an operator would; the exit status once it is gone."""
@@ -66,10 +98,15 @@ def running_relay(
     *flags: str,
     port: int | None = None,
     python: str | Path = sys.executable,
+    backend: str = "aioquic",
 ) -> Iterator[RelayProcess]:
     """`python -m sidecar.cli relay` on ``port`` (default: a free one), on the interpreter
-    ``python`` (default: this one); yields once it printed its URL."""
+    ``python`` (default: this one; `RELAY_PYTHON` for aiopquic) and the QUIC ``backend``;
+    yields once it printed its URL."""
     port = port or free_udp_port()
+    settings = settings_for(cert)
+    if backend == "aiopquic":
+        python, settings = RELAY_PYTHON, QuicSettings(ca_file=cert.cert)
     argv = [
         str(python),
         "-m",
@@ -83,6 +120,8 @@ def running_relay(
         str(cert.key),
         "--max-datagram-size",
         "16384",
+        "--backend",
+        backend,
         *flags,
     ]
     with tempfile.TemporaryFile("w+") as log:
@@ -94,7 +133,7 @@ def running_relay(
             text=True,
             env={**os.environ, "KVMOQ_LOG_LEVEL": "info"},
         )
-        relay = RelayProcess(process, f"moqt://{HOST}:{port}")
+        relay = RelayProcess(process, f"moqt://{HOST}:{port}", settings)
         try:
             assert process.stdout is not None
             line = process.stdout.readline().strip()
@@ -239,11 +278,13 @@ async def send_groups(
     return sent
 
 
-async def _subscribe_and_report(url: str, ca: str, namespace: str, name: str) -> None:
+async def _subscribe_and_report(
+    url: str, ca: str, namespace: str, name: str, datagram_size: str
+) -> None:
     """Subscribe to one track and print JSON lines: ready, then how the subscription ended
     and how many objects each group brought on the streams that ended with FIN."""
     client = Client()
-    settings = QuicSettings.loopback(ca_file=Path(ca))
+    settings = QuicSettings(ca_file=Path(ca), max_datagram_size=int(datagram_size))
     async with transport.connect(url, settings, client.attach):
         track = FullTrackName(tuple(f.encode() for f in json.loads(namespace)), name.encode())
         request_id = client.moqt.subscribe(track)
@@ -265,5 +306,5 @@ async def _subscribe_and_report(url: str, ca: str, namespace: str, name: str) ->
 if __name__ == "__main__":
     # A subscriber in a process of its own, so a test can SIGSTOP it (a subscriber that
     # stops reading) without stopping the publisher: python -m tests.moqt.test_relay_harness
-    # URL CA '["namespace", "fields"]' TRACK
-    transport.run(_subscribe_and_report(*sys.argv[1:5]))
+    # URL CA '["namespace", "fields"]' TRACK DATAGRAM_SIZE
+    transport.run(_subscribe_and_report(*sys.argv[1:6]))

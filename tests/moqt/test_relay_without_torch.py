@@ -16,13 +16,13 @@ import torch
 from sidecar.cli import SIDECAR_EXTRA
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
+from sidecar.moqt.aio.quic_backend import BACKENDS
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
-from tests.moqt.test_relay_harness import running_relay
+from tests.moqt.test_relay_harness import RELAY_PYTHON, running_relay
 from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
 
 ROOT = Path(__file__).resolve().parents[2]
-RELAY_PYTHON = ROOT / ".venv-relay" / "bin" / "python"
 pytestmark = pytest.mark.skipif(
     not RELAY_PYTHON.exists(), reason="no .venv-relay (scripts/setup.sh makes it with Python 3.12)"
 )
@@ -62,13 +62,16 @@ def test_commands_that_need_the_sidecar_say_what_to_install() -> None:
         assert "Traceback" not in refused.stderr
 
 
-def test_a_prompt_loads_through_the_relay_on_python_3_12(cert: CertificatePaths) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_prompt_loads_through_the_relay_on_python_3_12(
+    cert: CertificatePaths, backend: str
+) -> None:
     ids = list(range(5000, 5000 + 3 * 128))
     kv = synthetic_kv(len(ids), LAYOUT, seed=4).to(torch.float16)
-    with running_relay(cert, python=RELAY_PYTHON) as relay:
+    with running_relay(cert, python=RELAY_PYTHON, backend=backend) as relay:
 
         async def main() -> None:
-            async with network(relay.url, cert) as net:
+            async with network(relay.url, cert, relay.settings) as net:
                 await net.published(LAYOUT, ids, kv, tracks=("fp16", "int8"), chunk_size=128)
                 subscriber = await net.subscriber()
                 for track in ("fp16", "int8"):

@@ -15,7 +15,6 @@ import pytest
 from sidecar.address import free_udp_port
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.quic_backend import (
-    BACKENDS,
     MiB,
     QuicSettings,
     QuicSettingsError,
@@ -24,11 +23,12 @@ from sidecar.moqt.aio.quic_backend import (
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import MoqtEvent, SessionClosed
+from tests.moqt.test_relay_harness import STACKS
 
 HOST = "127.0.0.1"
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=STACKS)
 def settings(request: pytest.FixtureRequest, cert: CertificatePaths) -> QuicSettings:
     return QuicSettings.loopback(backend=request.param, ca_file=cert.cert)
 

@@ -21,6 +21,7 @@ import torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.aio.transport import MoqtUrl
 from sidecar.transfer.publisher import KVPublisher, PayloadHook, PublishedPrompt
@@ -41,12 +42,14 @@ def run(main: Callable[[], Awaitable[None]], timeout: float = TEST_TIMEOUT) -> N
 class Network:
     """Sessions to one relay, all closed when the test's `async with` ends."""
 
-    def __init__(self, url: str, cert: CertificatePaths, stack: AsyncExitStack) -> None:
-        self.url, self.cert, self._stack = url, cert, stack
+    def __init__(
+        self, url: str, cert: CertificatePaths, stack: AsyncExitStack, settings: QuicSettings
+    ) -> None:
+        self.url, self.cert, self._stack, self.settings = url, cert, stack, settings
 
     async def session(self, publisher: api.Publisher | None = None) -> api.Session:
         return await self._stack.enter_async_context(
-            api.connect(self.url, settings_for(self.cert), publisher=publisher)
+            api.connect(self.url, self.settings, publisher=publisher)
         )
 
     async def publisher(self) -> tuple[KVPublisher, api.Session]:
@@ -83,9 +86,12 @@ class Network:
 
 
 @asynccontextmanager
-async def network(url: str, cert: CertificatePaths) -> AsyncIterator[Network]:
+async def network(
+    url: str, cert: CertificatePaths, settings: QuicSettings | None = None
+) -> AsyncIterator[Network]:
+    """Sessions on `settings` (default: loopback packets, 16 KiB)."""
     async with AsyncExitStack() as stack:
-        yield Network(url, cert, stack)
+        yield Network(url, cert, stack, settings or settings_for(cert))
 
 
 def layout_of(kv: torch.Tensor) -> KVLayout:

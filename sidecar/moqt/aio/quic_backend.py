@@ -1,10 +1,12 @@
-"""QUIC settings and the two interchangeable QUIC stacks kvmoq runs on.
+"""QUIC settings and the three interchangeable QUIC stacks kvmoq runs on.
 
 aioquic is the default (pure Python, the reference for the sans-I/O style);
 qh3 is an API-compatible fork with a Rust core, measured 2.3x faster at
-1452-byte packets. Everything stack-specific lives here, behind `QuicBackend`,
-so the transport and the session never test which stack they run on. Each
-stack is imported only when selected, so either may be absent.
+1452-byte packets; aiopquic runs picoquic (C) on a thread of its own and needs
+Python >= 3.12 (module `pquic`). Everything stack-specific lives here or in
+`pquic`, behind `QuicBackend`, so the transport and the session never test
+which stack they run on. Each stack is imported only when selected, so any may
+be absent.
 
 The defaults are the figures measured on loopback and a 25 GbE link: stock
 aioquic windows (1 MiB) and the kernel's UDP receive buffer cap a connection
@@ -14,17 +16,18 @@ at 10-20 MB/s.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-BackendName = Literal["aioquic", "qh3"]
-BACKENDS: tuple[BackendName, ...] = ("aioquic", "qh3")
+BackendName = Literal["aioquic", "qh3", "aiopquic"]
+BACKENDS: tuple[BackendName, ...] = ("aioquic", "qh3", "aiopquic")
 
 ALPN = "moq-00"
 """Raw-QUIC MoQT ALPN for drafts 07 to 14 (the version itself is negotiated in SETUP)."""
@@ -101,45 +104,50 @@ class QuicBackend:
     """One QUIC stack: its classes and the few operations that differ between stacks."""
 
     name: BackendName
-    QuicConfiguration: type
-    QuicConnection: type
-    QuicConnectionProtocol: type
     events: ModuleType
     """The stack's `quic.events` module: each stack has its own event classes."""
     connect: Callable[..., Any]
     serve: Callable[..., Any]
+    configuration: Callable[..., Any]
+    """(settings, *, is_client, server_name=None, cert=None, key=None): a fresh configuration
+    of this stack for `settings` in one role."""
     send_backlog: Callable[[Any], int]
     """Bytes queued on a connection that were not yet sent (or, for aioquic, not yet acked)."""
     disable_pacing: Callable[[Any], None]
+    QuicConnectionProtocol: type
+    """The stack's protocol class: `transport` mixes its endpoint in front of it..."""
+    endpoint: type | None = None
+    """... unless the stack brings an endpoint class of its own (aiopquic: `pquic`)."""
 
-    def configuration(
-        self,
-        settings: QuicSettings,
-        *,
-        is_client: bool,
-        server_name: str | None = None,
-        cert: Path | None = None,
-        key: Path | None = None,
-    ) -> Any:
-        """A fresh QuicConfiguration of this stack for `settings` in one role."""
-        config = self.QuicConfiguration(
-            is_client=is_client,
-            alpn_protocols=[settings.alpn],
-            max_datagram_size=settings.max_datagram_size,
-            max_data=settings.max_data,
-            max_stream_data=settings.max_stream_data,
-            max_datagram_frame_size=settings.max_datagram_frame_size,
-            idle_timeout=settings.idle_timeout,
-            server_name=server_name,
-        )
-        if cert is not None:
-            config.load_cert_chain(cert, key)
-        if is_client:
-            if settings.insecure:
-                config.verify_mode = ssl.CERT_NONE
-            elif settings.ca_file is not None:
-                config.load_verify_locations(cafile=str(settings.ca_file))
-        return config
+
+def _sans_io_configuration(
+    config_class: type,
+    settings: QuicSettings,
+    *,
+    is_client: bool,
+    server_name: str | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
+) -> Any:
+    """The QuicConfiguration of aioquic or qh3 (the same fields) for `settings` in one role."""
+    config = config_class(
+        is_client=is_client,
+        alpn_protocols=[settings.alpn],
+        max_datagram_size=settings.max_datagram_size,
+        max_data=settings.max_data,
+        max_stream_data=settings.max_stream_data,
+        max_datagram_frame_size=settings.max_datagram_frame_size,
+        idle_timeout=settings.idle_timeout,
+        server_name=server_name,
+    )
+    if cert is not None:
+        config.load_cert_chain(cert, key)
+    if is_client:
+        if settings.insecure:
+            config.verify_mode = ssl.CERT_NONE
+        elif settings.ca_file is not None:
+            config.load_verify_locations(cafile=str(settings.ca_file))
+    return config
 
 
 def _aioquic_send_backlog(quic: Any) -> int:
@@ -157,8 +165,13 @@ def _qh3_send_backlog(quic: Any) -> int:
     return int(quic.get_send_buffer_size())
 
 
-def _qh3_disable_pacing(quic: Any) -> None:
-    """qh3's Rust core paces internally and copes with uvloop; nothing to turn off."""
+def _paced_by_the_stack(quic: Any) -> None:
+    """qh3's Rust core and picoquic pace internally and cope with uvloop; nothing to turn off."""
+
+
+def installed(name: BackendName) -> bool:
+    """Whether this interpreter has the stack (aiopquic only installs on Python >= 3.12)."""
+    return importlib.util.find_spec(name) is not None
 
 
 @cache
@@ -167,23 +180,36 @@ def load_backend(name: BackendName) -> QuicBackend:
     if name not in BACKENDS:
         raise QuicSettingsError(f"unknown QUIC backend {name!r}; choose from {BACKENDS}")
     try:
-        config_mod = importlib.import_module(f"{name}.quic.configuration")
-        conn_mod = importlib.import_module(f"{name}.quic.connection")
         asyncio_mod = importlib.import_module(f"{name}.asyncio")
         events_mod = importlib.import_module(f"{name}.quic.events")
+        if name == "aiopquic":
+            pquic = importlib.import_module("sidecar.moqt.aio.pquic")
+        else:
+            config_mod = importlib.import_module(f"{name}.quic.configuration")
     except ImportError as exc:
         raise QuicSettingsError(f"QUIC backend {name!r} is not installed: {exc}") from exc
+    if name == "aiopquic":
+        return QuicBackend(
+            name=name,
+            events=events_mod,
+            connect=asyncio_mod.connect,
+            serve=asyncio_mod.serve,
+            configuration=pquic.configuration,
+            send_backlog=pquic.send_backlog,
+            disable_pacing=_paced_by_the_stack,
+            QuicConnectionProtocol=asyncio_mod.QuicConnectionProtocol,
+            endpoint=pquic.PquicEndpoint,
+        )
     aioquic = name == "aioquic"
     return QuicBackend(
         name=name,
-        QuicConfiguration=config_mod.QuicConfiguration,
-        QuicConnection=conn_mod.QuicConnection,
-        QuicConnectionProtocol=asyncio_mod.QuicConnectionProtocol,
         events=events_mod,
         connect=asyncio_mod.connect,
         serve=asyncio_mod.serve,
+        configuration=partial(_sans_io_configuration, config_mod.QuicConfiguration),
         send_backlog=_aioquic_send_backlog if aioquic else _qh3_send_backlog,
-        disable_pacing=_aioquic_disable_pacing if aioquic else _qh3_disable_pacing,
+        disable_pacing=_aioquic_disable_pacing if aioquic else _paced_by_the_stack,
+        QuicConnectionProtocol=asyncio_mod.QuicConnectionProtocol,
     )
 
 

@@ -2,13 +2,15 @@
 
 Two layers, like aioquic's `asyncio/` package under its `H3Connection`:
 
-1. `open_connection` / `start_server`: a QUIC connection on either stack. The
+1. `open_connection` / `start_server`: a QUIC connection on any stack. The
    stacks' own `connect`/`serve` do the socket and connection-ID plumbing; the
    protocol class here adds what they lack for bulk transfer: big socket
    buffers, pacing off, and `drain()`. aioquic and qh3 accept any amount of
    stream data into memory and never push back, so a producer faster than the
    path would grow the send buffer without bound; `drain()` makes it wait.
-   Whatever sits on top sees only QUIC events, through one callback.
+   (aiopquic, which owns its socket and thread, has its own endpoint class with
+   the same interface, in `pquic`.) Whatever sits on top sees only QUIC events,
+   through one callback.
 2. `connect` / `serve`: a `MoqtConnection` per QUIC connection, which feeds
    every QUIC event to the sans-I/O `MoqtSession` and hands the session's events
    to one application callback. All protocol logic stays in the session; this
@@ -83,24 +85,18 @@ class _EndpointMixin:
     _quic: Any
     _loop: asyncio.AbstractEventLoop
     _transmit_task: asyncio.Handle | None
+    _backend: QuicBackend  # set on the class by `_protocol_class`
 
     def __init__(
-        self,
-        quic: Any,
-        stream_handler: Any = None,
-        *,
-        backend: QuicBackend,
-        settings: QuicSettings,
-        attach: Attach,
+        self, quic: Any, stream_handler: Any = None, *, settings: QuicSettings, attach: Attach
     ) -> None:
         super().__init__(quic, stream_handler)  # type: ignore[call-arg]
-        self._backend = backend
         self._settings = settings
         self._drain_waiter: asyncio.Future[None] | None = None
         self._terminated = False
         self._last_received = self._loop.time()
         if not settings.pacing:
-            backend.disable_pacing(quic)
+            self._backend.disable_pacing(quic)
         self._on_event = attach(self)  # type: ignore[arg-type]
 
     # The stack calls these.
@@ -192,19 +188,23 @@ class _EndpointMixin:
 
 @cache
 def _protocol_class(backend: QuicBackend) -> type:
+    if backend.endpoint is not None:
+        return backend.endpoint
     return type(
         f"{backend.name.capitalize()}Endpoint",
         (_EndpointMixin, backend.QuicConnectionProtocol),
-        {"__doc__": f"A tuned {backend.name} connection (see sidecar.moqt.aio.transport)."},
+        {
+            "__doc__": f"A tuned {backend.name} connection (see sidecar.moqt.aio.transport).",
+            "_backend": backend,
+        },
     )
 
 
 def _protocol_factory(settings: QuicSettings, attach: Attach) -> Callable[..., Any]:
-    backend = load_backend(settings.backend)
-    cls = _protocol_class(backend)
+    cls = _protocol_class(load_backend(settings.backend))
 
     def create(quic: Any, stream_handler: Any = None) -> Any:
-        return cls(quic, stream_handler, backend=backend, settings=settings, attach=attach)
+        return cls(quic, stream_handler, settings=settings, attach=attach)
 
     return create
 
