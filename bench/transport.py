@@ -13,6 +13,12 @@ Baselines measured in the same run:
 MoQT rows: the publisher (this process) writes a track of 64 KiB objects, 16 per group (one
 subgroup stream per group, as a KV chunk would be), to a subscriber process, either directly
 or through a relay process (`sidecar.moqt.relay.server`, measured once that module exists).
+The relay's CPU seconds per GB moved are reported next to its goodput.
+
+Each row runs every process on one stack, except the "+aiopquic relay" rows: publisher and
+subscriber on aioquic or qh3 (the sidecar's stacks, Python 3.11) and the relay on aiopquic,
+as a deployment runs them. A stack this interpreter lacks (aiopquic on 3.11) runs in one
+that has it (`python_with`): the whole measurement moves there.
 """
 
 from __future__ import annotations
@@ -25,22 +31,27 @@ import json
 import logging
 import os
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.procstat import cpu_seconds
 from sidecar.address import free_udp_port
+from sidecar.demo.children import python_with
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import (
     BACKENDS,
     INTERNET_DATAGRAM_SIZE,
     LOOPBACK_DATAGRAM_SIZE,
+    SELF_SIZED,
     MiB,
     QuicSettings,
+    installed,
     load_backend,
 )
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
@@ -101,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend",
         action="append",
         choices=BACKENDS,
-        help="QUIC stack to measure (repeatable; default: all)",
+        help="QUIC stack to measure (repeatable; default: every one an interpreter here has)",
     )
     parser.add_argument(
         "--plot",
@@ -127,13 +138,20 @@ class Job:
     backend: str | None = None
     datagram_size: int | None = None
     via_relay: bool = False
+    relay_backend: str | None = None
+    """The relay's stack, where it differs from the endpoints'."""
     relay_url: str | None = None  # filled in by the harness once the relay listens
 
     @property
+    def stack(self) -> str | None:
+        """The stack this job's process runs (the relay's for a relay)."""
+        return (self.relay_backend or self.backend) if self.kind == "relay" else self.backend
+
+    @property
     def settings(self) -> QuicSettings:
-        assert self.backend is not None and self.datagram_size is not None
+        assert self.stack is not None and self.datagram_size is not None
         return QuicSettings(
-            backend=self.backend,  # type: ignore[arg-type]
+            backend=self.stack,  # type: ignore[arg-type]
             max_datagram_size=self.datagram_size,
             ca_file=self.cert.cert,
         )
@@ -147,6 +165,7 @@ class Job:
             "backend": self.backend,
             "datagram_size": self.datagram_size,
             "via_relay": self.via_relay,
+            "relay_backend": self.relay_backend,
             "relay_url": self.relay_url,
         }
         return json.dumps(fields)
@@ -168,6 +187,14 @@ class Received:
     @property
     def mbps(self) -> float:
         return self.nbytes / self.seconds / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One run's figures: goodput, and the relay's CPU seconds per GB when it had one."""
+
+    mbps: float
+    relay_cpu_s_per_gb: float | None = None
 
 
 class _Clock:
@@ -393,9 +420,11 @@ class _Child:
     @classmethod
     async def start(cls, job: Job, log: Path) -> _Child:
         # A process, not a thread: two endpoints in one interpreter would share one GIL.
+        python = sys.executable if job.stack is None else python_with(job.stack)  # type: ignore[arg-type]
+        assert python is not None, f"no interpreter here has {job.stack}"
         with log.open("wb") as stderr:
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
+                python,
                 "-m",
                 "bench.transport",
                 job.to_json(),
@@ -416,8 +445,9 @@ class _Child:
         await self.process.wait()
 
 
-async def _measure(job: Job, logs: Path) -> Received:
+async def _measure(job: Job, logs: Path) -> Measured:
     children: list[_Child] = []
+    relay_pid: int | None = None
 
     async def start(child_job: Job) -> _Child:
         child = await _Child.start(child_job, logs / f"{len(children)}-{child_job.kind}.log")
@@ -429,6 +459,8 @@ async def _measure(job: Job, logs: Path) -> Received:
             relay = await start(replace(job, kind="relay"))
             port = (await relay.line(STEP_TIMEOUT_S))["port"]
             job = replace(job, relay_url=f"moqt://localhost:{port}/bench")
+            relay_pid = relay.process.pid
+            relay_cpu = cpu_seconds(relay_pid)
 
         async def start_receiver() -> tuple[int, Awaitable[Received]]:
             child = await start(job)
@@ -440,7 +472,11 @@ async def _measure(job: Job, logs: Path) -> Received:
 
             return port, asyncio.ensure_future(figures())
 
-        return await _SENDERS[job.kind](job, start_receiver)
+        received = await _SENDERS[job.kind](job, start_receiver)
+        if relay_pid is None:
+            return Measured(received.mbps)
+        per_gb = (cpu_seconds(relay_pid) - relay_cpu) / (received.nbytes / 1e9)
+        return Measured(received.mbps, per_gb)
     except BaseException:
         for child in children:
             await child.stop()
@@ -453,14 +489,35 @@ async def _measure(job: Job, logs: Path) -> Received:
             await child.stop()
 
 
-def measure(job: Job) -> float | None:
-    """MB/s of one run (a receiver process, maybe a relay, and this process sending);
-    None if it stalled below SLOWEST_MBPS."""
+def measure(job: Job) -> Measured | None:
+    """The figures of one run (a receiver process, maybe a relay, and this process sending,
+    or, for a stack this interpreter lacks, one that has it); None if it stalled below
+    SLOWEST_MBPS."""
+    if job.backend is not None and not installed(job.backend):  # type: ignore[arg-type]
+        return _measure_elsewhere(job)
     with tempfile.TemporaryDirectory(prefix="kvmoq-bench-logs-") as logs:
         try:
-            return transport.run(_measure(job, Path(logs))).mbps
+            return transport.run(_measure(job, Path(logs)))
         except TimeoutError:
             return None
+
+
+def _measure_elsewhere(job: Job) -> Measured | None:
+    python = python_with(job.backend)  # type: ignore[arg-type]
+    assert python is not None, f"no interpreter here has {job.backend}"
+    argv = [python, "-m", "bench.transport", "--sender", job.to_json()]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{job.backend} measurement failed:\n{done.stderr}")
+    figures = json.loads(done.stdout.splitlines()[-1])
+    return None if figures is None else Measured(**figures)
+
+
+def _sender_main(job_json: str) -> None:
+    """This interpreter's half of `_measure_elsewhere`: one JSON line, the figures or null."""
+    logging.getLogger("quic").setLevel(logging.ERROR)
+    measured = measure(Job.from_json(job_json))
+    print(json.dumps(None if measured is None else asdict(measured)), flush=True)
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -471,40 +528,75 @@ def _cell(value: float | None, width: int, digits: int) -> str:
     return f"{'stalled' if value is None else f'{value:.{digits}f}':>{width}}"
 
 
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the table: the endpoints' stack, the relay's, the packet sizes."""
+
+    backend: str
+    relay_backend: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.backend + (f"+{self.relay_backend} relay" if self.relay_backend else "")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        native = {self.backend, self.relay_backend} & SELF_SIZED
+        return (INTERNET_DATAGRAM_SIZE,) if native else DATAGRAM_SIZES
+
+
+def table_rows(backends: list[str]) -> list[Row]:
+    """Each stack end to end; and the sidecar's stacks through a relay on a self-sized stack
+    (aiopquic runs on Python 3.12 only, where the relay runs, not the sidecar)."""
+    rows = [Row(backend) for backend in backends]
+    native = [b for b in backends if b in SELF_SIZED]
+    return rows + [Row(b, relay) for relay in native for b in backends if b not in SELF_SIZED]
+
+
 def run(args: argparse.Namespace) -> int:
     # qh3 logs every CONNECTION_CLOSE from a peer as a warning, and every run ends with one.
     logging.getLogger("quic").setLevel(logging.ERROR)
     total = max(1, args.mbytes * 1_000_000 // CHUNK) * CHUNK
-    backends = args.backend or list(BACKENDS)
+    backends = args.backend or [b for b in BACKENDS if python_with(b)]
+    missing = [b for b in backends if not python_with(b)]
+    if missing:
+        print(f"kvmoq bench transport: no interpreter here has {', '.join(missing)}")
+        return 2
     with_relay = relay_available()
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     stalled: list[str] = []
 
-    def best(job: Job) -> float | None:
+    def best(job: Job) -> Measured | None:
         # Other load only ever slows a run down, so the fastest of the repeats is the figure.
-        runs = [mbps for mbps in (measure(job) for _ in range(args.repeat)) if mbps is not None]
-        return max(runs, default=None)
+        runs = [m for m in (measure(job) for _ in range(args.repeat)) if m is not None]
+        return max(runs, default=None, key=lambda m: m.mbps)
+
+    def mbps(measured: Measured | None) -> float | None:
+        return None if measured is None else measured.mbps
 
     with tempfile.TemporaryDirectory(prefix="kvmoq-bench-") as tmp:
         cert = write_certificate(Path(tmp))
-        tls = best(Job("tls_tcp", total, cert))
+        tls = mbps(best(Job("tls_tcp", total, cert)))
         print(f"TLS over TCP (asyncio streams): {_cell(tls, 8, 1)} MB/s")
         print(
-            f"{'stack':8} {'datagram':>8} {'bare QUIC':>10} {'MoQT':>8} {'via relay':>10}"
-            f" {'MoQT/bare':>9} {'direct_ratio':>12} {'relay_ratio':>11}"
+            f"{'stack':22} {'datagram':>8} {'bare QUIC':>10} {'MoQT':>8} {'via relay':>10}"
+            f" {'relay CPU s/GB':>14} {'MoQT/bare':>9} {'direct_ratio':>12} {'relay_ratio':>11}"
         )
-        for backend in backends:
-            for size in DATAGRAM_SIZES:
-                quic_job = Job("quic", total, cert, backend, size)
-                bare = best(quic_job)
-                direct = best(replace(quic_job, kind="moqt"))
-                relayed = (
-                    best(replace(quic_job, kind="moqt", via_relay=True)) if with_relay else None
+        for line in table_rows(backends):
+            for size in line.sizes:
+                quic_job = Job("quic", total, cert, line.backend, size)
+                bare = mbps(best(quic_job))
+                direct = mbps(best(replace(quic_job, kind="moqt")))
+                relay_job = replace(
+                    quic_job, kind="moqt", via_relay=True, relay_backend=line.relay_backend
                 )
-                row = rows.setdefault(backend, {})[str(size)] = {
+                via = best(relay_job) if with_relay else None
+                relayed = mbps(via)
+                row = rows.setdefault(line.label, {})[str(size)] = {
                     "bare_mbps": bare,
                     "direct_mbps": direct,
                     "relay_mbps": relayed,
+                    "relay_cpu_s_per_gb": None if via is None else via.relay_cpu_s_per_gb,
                     "direct_ratio": _ratio(direct, tls),
                     "relay_ratio": _ratio(relayed, tls),
                     "moqt_bare_ratio": _ratio(direct, bare),
@@ -513,16 +605,17 @@ def run(args: argparse.Namespace) -> int:
                     row["goals"] = GOALS[size].check(row)
                 measured = [bare, direct, *([relayed] if with_relay else [])]
                 if tls is None or None in measured:
-                    stalled.append(f"{backend}/{size}")
+                    stalled.append(f"{line.label}/{size}")
                 print(
-                    f"{backend:8} {size:>8} {_cell(bare, 10, 1)} {_cell(direct, 8, 1)}"
+                    f"{line.label:22} {size:>8} {_cell(bare, 10, 1)} {_cell(direct, 8, 1)}"
                     f" {_cell(relayed, 10, 1) if with_relay else 'n/a':>10}"
+                    f" {_cell(row['relay_cpu_s_per_gb'], 14, 1) if with_relay else 'n/a':>14}"
                     f" {_cell(_ratio(direct, bare), 9, 2)} {_cell(row['direct_ratio'], 12, 2)}"
                     f" {_cell(row['relay_ratio'], 11, 2) if with_relay else 'n/a':>11}"
                 )
     goals = [
-        (f"{backend}/{size}", name, goal)
-        for backend, sizes in rows.items()
+        (f"{label}/{size}", name, goal)
+        for label, sizes in rows.items()
         for size, row in sizes.items()
         for name, goal in row.get("goals", {}).items()
     ]
@@ -583,4 +676,7 @@ def _ratio_note(ratio: float | None) -> str:
 
 
 if __name__ == "__main__":
-    _child_main(sys.argv[1])
+    if sys.argv[1] == "--sender":
+        _sender_main(sys.argv[2])
+    else:
+        _child_main(sys.argv[1])

@@ -21,7 +21,7 @@ role=${2:-sidecar}
 src=$(cd "$(dirname "$0")/.." && pwd)
 case "$role" in
     sidecar) packages=("$src/clients/python" "$src[sidecar,fast]") ;;
-    relay) packages=("$src[fast]") ;;
+    relay) packages=("$src[fast,pquic]") ;;
     *) echo "image-env.sh: unknown image '$role' (sidecar or relay)" >&2; exit 2 ;;
 esac
 extra=()

@@ -63,7 +63,7 @@ class Image:
 
 IMAGES = [
     Image("sidecar", "python3.11", ("sidecar", "kvmoq_client", "torch"), ()),
-    Image("relay", RELAY_PYTHON, ("sidecar", "aioquic"), ("torch", "kvmoq_client", "grpc")),
+    Image("relay", RELAY_PYTHON, ("sidecar", "aiopquic"), ("torch", "kvmoq_client", "grpc")),
 ]
 
 

@@ -17,8 +17,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, Any
+
+from sidecar.moqt.aio.quic_backend import BackendName, installed
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int
 """What `signal.signal` takes (SIG_DFL and SIG_IGN are ints)."""
@@ -196,6 +200,26 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-def python_module(module: str, *args: str) -> list[str]:
-    """argv that runs a module of this package with the current interpreter."""
-    return [sys.executable, "-m", module, *args]
+def python_module(module: str, *args: str, python: str = sys.executable) -> list[str]:
+    """argv that runs a module of this package with `python` (default: this interpreter)."""
+    return [python, "-m", module, *args]
+
+
+RELAY_PYTHON_ENV = "KVMOQ_RELAY_PYTHON"
+_CHECKOUT_RELAY_PYTHON = Path(__file__).resolve().parents[2] / ".venv-relay" / "bin" / "python"
+
+
+@cache
+def python_with(stack: BackendName) -> str | None:
+    """An interpreter that can run QUIC stack `stack` with this package: this one, else the
+    relay's (aiopquic needs Python >= 3.12, the sidecar's torch build 3.11): $KVMOQ_RELAY_PYTHON,
+    or the checkout's .venv-relay that scripts/setup.sh makes. None if neither has it."""
+    if installed(stack):
+        return sys.executable
+    other = os.environ.get(RELAY_PYTHON_ENV) or str(_CHECKOUT_RELAY_PYTHON)
+    probe = f"import importlib.util as u, sys; sys.exit(u.find_spec({stack!r}) is None)"
+    try:
+        found = subprocess.run([other, "-c", probe], capture_output=True, timeout=30).returncode
+    except OSError:
+        return None
+    return other if found == 0 else None

@@ -13,6 +13,8 @@ import asyncio
 import signal
 from contextlib import ExitStack
 
+import pytest
+
 from sidecar.address import free_udp_port
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.errors import PublishDoneStatus
@@ -33,6 +35,7 @@ from tests.moqt.test_relay import (
     run,
 )
 from tests.moqt.test_relay_harness import (
+    RELAY_BACKENDS,
     Client,
     ClusterRelay,
     accept,
@@ -42,15 +45,14 @@ from tests.moqt.test_relay_harness import (
 )
 
 
+@pytest.mark.parametrize("backend", RELAY_BACKENDS)
 def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
-    cert: CertificatePaths,
+    cert: CertificatePaths, backend: str
 ) -> None:
     with ExitStack() as stack:
-        root = stack.enter_context(cluster_relay(cert))
-        edges = [
-            stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
-            for _ in "ABC"
-        ]
+        root = stack.enter_context(cluster_relay(cert, backend=backend))
+        edge = edge_flags(root.url, cert.cert)
+        edges = [stack.enter_context(cluster_relay(cert, *edge, backend=backend)) for _ in "ABC"]
         a, b, c = edges
 
         async def main() -> None:
@@ -117,14 +119,16 @@ async def streaming(
     return publisher, upstream, decoder, first
 
 
+@pytest.mark.parametrize("backend", RELAY_BACKENDS)
 def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
-    cert: CertificatePaths,
+    cert: CertificatePaths, backend: str
 ) -> None:
     port = free_udp_port()  # the restarted root listens where the first one did
     with ExitStack() as stack:
-        root = stack.enter_context(cluster_relay(cert, port=port))
-        a = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
-        b = stack.enter_context(cluster_relay(cert, *edge_flags(root.url, cert.cert)))
+        root = stack.enter_context(cluster_relay(cert, port=port, backend=backend))
+        edge = edge_flags(root.url, cert.cert)
+        a = stack.enter_context(cluster_relay(cert, *edge, backend=backend))
+        b = stack.enter_context(cluster_relay(cert, *edge, backend=backend))
 
         async def main() -> None:
             async with Sessions(a.process, cert) as at_a, Sessions(b.process, cert) as at_b:
@@ -133,7 +137,7 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
                 root.process.process.send_signal(signal.SIGKILL)  # gone without a word
                 await asyncio.to_thread(b.wait_for, "upstream_up", 0)
 
-                with cluster_relay(cert, port=port) as again:
+                with cluster_relay(cert, port=port, backend=backend) as again:
                     for edge in (a, b):
                         await asyncio.to_thread(edge.wait_for, "upstream_sessions", 2)
                     late = await at_b.open()

@@ -25,7 +25,7 @@ import pytest
 
 from sidecar.address import free_tcp_port, free_udp_port
 from sidecar.moqt.aio import transport
-from sidecar.moqt.aio.quic_backend import BACKENDS, QuicSettings, installed
+from sidecar.moqt.aio.quic_backend import BACKENDS, SELF_SIZED, QuicSettings, installed
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.events import (
     DataStreamEnded,
@@ -105,7 +105,7 @@ def running_relay(
     yields once it printed its URL."""
     port = port or free_udp_port()
     settings = settings_for(cert)
-    if backend == "aiopquic":
+    if backend in SELF_SIZED:
         python, settings = RELAY_PYTHON, QuicSettings(ca_file=cert.cert)
     argv = [
         str(python),
@@ -119,7 +119,7 @@ def running_relay(
         "--key",
         str(cert.key),
         "--max-datagram-size",
-        "16384",
+        str(settings.max_datagram_size),
         "--backend",
         backend,
         *flags,
@@ -223,11 +223,12 @@ class ClusterRelay:
 
 @contextmanager
 def cluster_relay(
-    cert: CertificatePaths, *flags: str, port: int | None = None
+    cert: CertificatePaths, *flags: str, port: int | None = None, backend: str = "aioquic"
 ) -> Iterator[ClusterRelay]:
     """`running_relay` with /metrics on a free port."""
     http_port = free_tcp_port()
-    with running_relay(cert, "--http", f"{HOST}:{http_port}", *flags, port=port) as process:
+    metrics = ("--http", f"{HOST}:{http_port}")
+    with running_relay(cert, *metrics, *flags, port=port, backend=backend) as process:
         yield ClusterRelay(process, http_port)
 
 

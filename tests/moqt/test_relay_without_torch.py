@@ -7,12 +7,15 @@ move a prompt's KV through it from this (3.11) interpreter, byte for byte."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from sidecar.address import free_udp_port
 from sidecar.cli import SIDECAR_EXTRA
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
@@ -84,3 +87,46 @@ def test_a_prompt_loads_through_the_relay_on_python_3_12(
                     assert torch.equal(loaded, expected.to(torch.float16)), track
 
         run(main)
+
+
+@pytest.mark.parametrize(
+    ("python", "flags", "chosen"),
+    [
+        (RELAY_PYTHON, (), "aiopquic"),
+        (RELAY_PYTHON, ("--max-datagram-size", "16384"), "aioquic"),
+        (sys.executable, (), "qh3"),
+    ],
+    ids=["3.12-internet", "3.12-loopback", "3.11-internet"],
+)
+def test_without_backend_the_relay_runs_the_fastest_installed_for_its_packets(
+    cert: CertificatePaths, python: Path, flags: tuple[str, ...], chosen: str
+) -> None:
+    argv = [str(python), "-m", "sidecar.cli", "relay", "--listen", f"127.0.0.1:{free_udp_port()}"]
+    argv += ["--cert", str(cert.cert), "--key", str(cert.key), *flags]
+    relay = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert relay.stdout is not None and relay.stdout.readline().startswith("listening on ")
+    finally:
+        relay.terminate()
+        _, log = relay.communicate(timeout=30)
+    started = next(json.loads(line) for line in log.splitlines() if "relay started" in line)
+    assert started["backend"] == chosen
+
+
+def test_a_self_sized_stack_refuses_packets_bigger_than_ethernet() -> None:
+    refused = in_relay_env(
+        "-m",
+        "sidecar.cli",
+        "relay",
+        "--listen",
+        "127.0.0.1:4443",
+        "--self-signed",
+        "--backend",
+        "aiopquic",
+        "--max-datagram-size",
+        "16384",
+    )
+    assert refused.returncode == 2
+    assert "use aioquic or qh3 for --max-datagram-size above 1500" in refused.stdout

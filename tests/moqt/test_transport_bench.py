@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.demo.children import python_with
+
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -34,8 +36,10 @@ def test_bench_writes_every_figure(tmp_path: Path) -> None:
     goals = []
     for size, row in report["rows"]["aioquic"].items():
         ratios = {"direct_ratio", "relay_ratio", "moqt_bare_ratio"}
-        assert set(row) == {"bare_mbps", "direct_mbps", "relay_mbps", "goals"} | ratios
+        figures = {"bare_mbps", "direct_mbps", "relay_mbps", "relay_cpu_s_per_gb", "goals"}
+        assert set(row) == figures | ratios
         assert row["bare_mbps"] > 0 and row["direct_mbps"] > 0 and row["relay_mbps"] > 0
+        assert row["relay_cpu_s_per_gb"] > 0
         assert row["direct_ratio"] == pytest.approx(row["direct_mbps"] / tls)
         assert row["relay_ratio"] == pytest.approx(row["relay_mbps"] / tls)
         assert row["moqt_bare_ratio"] == pytest.approx(row["direct_mbps"] / row["bare_mbps"])
@@ -51,3 +55,22 @@ def test_bench_rejects_a_bad_size() -> None:
     result = run_bench("--mbytes", "0")
     assert result.returncode == 2
     assert "must be 1..100000" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(python_with("aiopquic") is None, reason="no interpreter here has aiopquic")
+def test_aiopquic_rows_run_where_aiopquic_is(tmp_path: Path) -> None:
+    """aiopquic end to end (in the relay's Python 3.12), and aioquic endpoints through a relay
+    on aiopquic; both at internet packet sizes only, as picoquic sizes its own packets."""
+    out = tmp_path / "transport.json"
+    result = run_bench(
+        "--mbytes", "4", "--backend", "aioquic", "--backend", "aiopquic", "--json", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"aioquic", "aiopquic", "aioquic+aiopquic relay"}
+    for label in ("aiopquic", "aioquic+aiopquic relay"):
+        assert set(rows[label]) == {"1350"}
+        row = rows[label]["1350"]
+        assert row["direct_mbps"] > 0 and row["relay_mbps"] > 0 and row["relay_cpu_s_per_gb"] > 0
+    assert "aioquic+aiopquic relay" in result.stdout

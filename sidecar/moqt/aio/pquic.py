@@ -170,8 +170,8 @@ class PquicConnection:
         return self._waiting_bytes + in_rings
 
     async def progress(self) -> None:
-        """Wait until the network thread took bytes from the ring of the stream that holds
-        the most (at most `PROGRESS_POLL` seconds)."""
+        """Wait until the network thread took bytes from a ring (at most `PROGRESS_POLL`
+        seconds): that of the first stream whose writes wait, else the fullest one."""
         quic = self._quic
         stream_id = next(iter(self._waiting), None)
         if stream_id is None:

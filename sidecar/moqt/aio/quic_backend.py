@@ -38,6 +38,22 @@ INTERNET_DATAGRAM_SIZE = 1350
 LOOPBACK_DATAGRAM_SIZE = 16384
 """Loopback and jumbo-frame paths; ~5x the throughput of 1350 on loopback."""
 
+SELF_SIZED: frozenset[BackendName] = frozenset({"aiopquic"})
+"""Stacks that size their packets themselves (picoquic: path MTU discovery, at most 1536
+bytes): `max_datagram_size` does not apply to them, and they always run at internet sizes."""
+
+ETHERNET_DATAGRAM_SIZE = 1500
+"""Above this only loopback and jumbo-frame paths carry a packet; self-sized stacks never do."""
+
+RELAY_PREFERENCE: dict[bool, tuple[BackendName, ...]] = {
+    True: ("aiopquic", "qh3", "aioquic"),
+    False: ("aioquic", "qh3"),
+}
+"""The relay's stacks, fastest first, for internet-size packets (True) and bigger ones, from
+`kvmoq bench transport` (docs/benchmarks.md): at 1350 bytes a relay moves ~3x more on
+aiopquic than on qh3, and qh3 ~3.5x more than aioquic; at 16 KiB aioquic beats qh3 (qh3
+clients ask for 1472-byte packets, which a qh3 relay then sends them) and aiopquic cannot."""
+
 MiB = 1 << 20
 
 # Linux lets CAP_NET_ADMIN raise a socket buffer above net.core.[rw]mem_max;
@@ -172,6 +188,13 @@ def _paced_by_the_stack(quic: Any) -> None:
 def installed(name: BackendName) -> bool:
     """Whether this interpreter has the stack (aiopquic only installs on Python >= 3.12)."""
     return importlib.util.find_spec(name) is not None
+
+
+def fastest_relay_backend(max_datagram_size: int) -> BackendName:
+    """The relay's stack when none is named: the fastest this interpreter has for packets of
+    `max_datagram_size` bytes (`RELAY_PREFERENCE`); aioquic is always installed."""
+    internet = max_datagram_size <= ETHERNET_DATAGRAM_SIZE
+    return next(name for name in RELAY_PREFERENCE[internet] if installed(name))
 
 
 @cache
