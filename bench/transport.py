@@ -646,12 +646,12 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
 
     tls = report["tls_tcp_mbps"]
     rows = {
-        f"{backend}\n{size} B datagrams": row
-        for backend, sizes in report["rows"].items()
+        f"{label.replace('+', chr(10) + '+')}\n{size} B": row
+        for label, sizes in report["rows"].items()
         for size, row in sizes.items()
     }
     series = {"MoQT direct": "direct", "MoQT via relay": "relay"}
-    with png(path, (6.5, 4.2), dpi=110) as axes:
+    with png(path, (max(6.5, 1.1 * len(rows)), 4.4), dpi=110) as axes:
         bars(
             axes,
             list(rows),

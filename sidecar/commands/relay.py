@@ -187,8 +187,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "aiopquic (picoquic in C on a thread of its own, Python >= 3.12; pip install "
         "'kvmoq[pquic]'; sizes its own packets, at most 1536 bytes: its clients must send "
         "no bigger ones). Default: the fastest installed, as measured by kvmoq bench "
-        "transport: for internet-size packets aiopquic (~3x qh3), then qh3 (~3.5x aioquic); "
-        "above 1500 bytes aioquic (faster than qh3 there)",
+        "transport: for internet-size packets aiopquic (2x qh3, on less than half its CPU "
+        "per GB), then qh3 (4x aioquic); above 1500 bytes aioquic (a little faster than qh3 "
+        "there)",
     )
     parser.add_argument(
         "--max-datagram-size",

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 from aiopquic.asyncio.protocol import QuicConnectionProtocol
-from aiopquic.quic.configuration import QuicConfiguration
 from aiopquic.quic.connection import QuicConnection
 
 from sidecar.moqt.aio.quic_backend import QuicSettings
@@ -47,39 +44,14 @@ wake-up is an event; this bounds the cost of one that comes before the wait is a
 full event ring (which has no per-stream wake-up)."""
 
 
-def configuration(
-    settings: QuicSettings,
-    *,
-    is_client: bool,
-    server_name: str | None = None,
-    cert: Path | None = None,
-    key: Path | None = None,
-) -> QuicConfiguration:
-    """aiopquic's QuicConfiguration for `settings` in one role."""
+def own_fields(settings: QuicSettings) -> dict[str, Any]:
+    """What aiopquic's QuicConfiguration takes beyond the fields every stack shares."""
     if settings.stall_timeout is not None:
         # Probes as often as the stall watch looks: a live peer's ACKs then show every tick.
         keep_alive = TICK_INTERVAL / 2
     else:
         keep_alive = keepalive_interval(settings.idle_timeout)
-    config = QuicConfiguration(
-        is_client=is_client,
-        alpn_protocols=[settings.alpn],
-        max_data=settings.max_data,
-        max_stream_data=settings.max_stream_data,
-        max_datagram_frame_size=settings.max_datagram_frame_size,
-        idle_timeout=settings.idle_timeout,
-        keep_alive_interval=keep_alive,
-        socket_buffer_size=settings.socket_buffer,
-        server_name=server_name,
-    )
-    if cert is not None:
-        config.load_cert_chain(str(cert), None if key is None else str(key))
-    if is_client:
-        if settings.insecure:
-            config.verify_mode = ssl.CERT_NONE
-        elif settings.ca_file is not None:
-            config.load_verify_locations(cafile=str(settings.ca_file))
-    return config
+    return {"keep_alive_interval": keep_alive, "socket_buffer_size": settings.socket_buffer}
 
 
 class PquicConnection:

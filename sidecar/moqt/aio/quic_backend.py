@@ -21,7 +21,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -50,9 +50,10 @@ RELAY_PREFERENCE: dict[bool, tuple[BackendName, ...]] = {
     False: ("aioquic", "qh3"),
 }
 """The relay's stacks, fastest first, for internet-size packets (True) and bigger ones, from
-`kvmoq bench transport` (docs/benchmarks.md): at 1350 bytes a relay moves ~3x more on
-aiopquic than on qh3, and qh3 ~3.5x more than aioquic; at 16 KiB aioquic beats qh3 (qh3
-clients ask for 1472-byte packets, which a qh3 relay then sends them) and aiopquic cannot."""
+`kvmoq bench transport` (docs/benchmarks.md): at 1350 bytes a relay on aiopquic moves 2x
+what one on qh3 does (qh3 clients both) on less than half the CPU per GB, and qh3 4x
+aioquic; at 16 KiB aioquic edges out qh3 (qh3 clients ask for 1472-byte packets, which a
+qh3 relay then sends them) and aiopquic cannot take such packets."""
 
 MiB = 1 << 20
 
@@ -136,34 +137,45 @@ class QuicBackend:
     """... unless the stack brings an endpoint class of its own (aiopquic: `pquic`)."""
 
 
-def _sans_io_configuration(
-    config_class: type,
-    settings: QuicSettings,
-    *,
-    is_client: bool,
-    server_name: str | None = None,
-    cert: Path | None = None,
-    key: Path | None = None,
-) -> Any:
-    """The QuicConfiguration of aioquic or qh3 (the same fields) for `settings` in one role."""
-    config = config_class(
-        is_client=is_client,
-        alpn_protocols=[settings.alpn],
-        max_datagram_size=settings.max_datagram_size,
-        max_data=settings.max_data,
-        max_stream_data=settings.max_stream_data,
-        max_datagram_frame_size=settings.max_datagram_frame_size,
-        idle_timeout=settings.idle_timeout,
-        server_name=server_name,
-    )
-    if cert is not None:
-        config.load_cert_chain(cert, key)
-    if is_client:
-        if settings.insecure:
-            config.verify_mode = ssl.CERT_NONE
-        elif settings.ca_file is not None:
-            config.load_verify_locations(cafile=str(settings.ca_file))
-    return config
+def configuration_factory(
+    config_class: type, own_fields: Callable[[QuicSettings], dict[str, Any]]
+) -> Callable[..., Any]:
+    """A stack's `QuicBackend.configuration`: the fields every stack names alike, the
+    stack's `own_fields`, its certificate and whom it trusts."""
+
+    def configuration(
+        settings: QuicSettings,
+        *,
+        is_client: bool,
+        server_name: str | None = None,
+        cert: Path | None = None,
+        key: Path | None = None,
+    ) -> Any:
+        config = config_class(
+            is_client=is_client,
+            alpn_protocols=[settings.alpn],
+            max_data=settings.max_data,
+            max_stream_data=settings.max_stream_data,
+            max_datagram_frame_size=settings.max_datagram_frame_size,
+            idle_timeout=settings.idle_timeout,
+            server_name=server_name,
+            **own_fields(settings),
+        )
+        if cert is not None:
+            config.load_cert_chain(str(cert), None if key is None else str(key))
+        if is_client:
+            if settings.insecure:
+                config.verify_mode = ssl.CERT_NONE
+            elif settings.ca_file is not None:
+                config.load_verify_locations(cafile=str(settings.ca_file))
+        return config
+
+    return configuration
+
+
+def _sans_io_fields(settings: QuicSettings) -> dict[str, Any]:
+    """aioquic and qh3 size packets as told; the socket is tuned by `transport`."""
+    return {"max_datagram_size": settings.max_datagram_size}
 
 
 def _aioquic_send_backlog(quic: Any) -> int:
@@ -205,34 +217,31 @@ def load_backend(name: BackendName) -> QuicBackend:
     try:
         asyncio_mod = importlib.import_module(f"{name}.asyncio")
         events_mod = importlib.import_module(f"{name}.quic.events")
-        if name == "aiopquic":
-            pquic = importlib.import_module("sidecar.moqt.aio.pquic")
-        else:
-            config_mod = importlib.import_module(f"{name}.quic.configuration")
+        config_class = importlib.import_module(f"{name}.quic.configuration").QuicConfiguration
+        pquic = importlib.import_module("sidecar.moqt.aio.pquic") if name == "aiopquic" else None
     except ImportError as exc:
         raise QuicSettingsError(f"QUIC backend {name!r} is not installed: {exc}") from exc
-    if name == "aiopquic":
+    common = {
+        "name": name,
+        "events": events_mod,
+        "connect": asyncio_mod.connect,
+        "serve": asyncio_mod.serve,
+        "QuicConnectionProtocol": asyncio_mod.QuicConnectionProtocol,
+    }
+    if pquic is not None:
         return QuicBackend(
-            name=name,
-            events=events_mod,
-            connect=asyncio_mod.connect,
-            serve=asyncio_mod.serve,
-            configuration=pquic.configuration,
+            **common,
+            configuration=configuration_factory(config_class, pquic.own_fields),
             send_backlog=pquic.send_backlog,
             disable_pacing=_paced_by_the_stack,
-            QuicConnectionProtocol=asyncio_mod.QuicConnectionProtocol,
             endpoint=pquic.PquicEndpoint,
         )
     aioquic = name == "aioquic"
     return QuicBackend(
-        name=name,
-        events=events_mod,
-        connect=asyncio_mod.connect,
-        serve=asyncio_mod.serve,
-        configuration=partial(_sans_io_configuration, config_mod.QuicConfiguration),
+        **common,
+        configuration=configuration_factory(config_class, _sans_io_fields),
         send_backlog=_aioquic_send_backlog if aioquic else _qh3_send_backlog,
         disable_pacing=_aioquic_disable_pacing if aioquic else _paced_by_the_stack,
-        QuicConnectionProtocol=asyncio_mod.QuicConnectionProtocol,
     )
 
 
