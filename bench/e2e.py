@@ -80,7 +80,9 @@ def _bench(job: Job) -> int:
         with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-e2e-") as tmp:
             cert = write_certificate(Path(tmp))
             console.log("starting the relay and the prefill node (SmolLM2 prefills, publishes)")
-            url = start_relay(children, cert).url
+            relay = start_relay(children, cert)
+            console.log(f"relay on {relay.backend}")
+            url = relay.url
             published = start_prefill(children, url, cert.cert, job.tokens)
             report = transport.run(_decode(job, url, cert.cert, console))
     except (ChildFailed, netns.NamespaceError, ConnectionError, OSError, TimeoutError) as failure:

@@ -141,12 +141,13 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Relay:
-    """A relay process of the benchmark: its role, URL, pid and /metrics address."""
+    """A relay process of the benchmark: its role, URL, pid, /metrics address, QUIC stack."""
 
     role: str  # "relay" (the baseline), "root" or "edge N"
     url: str
     pid: int
     http: str
+    backend: str
 
     def snapshot(self) -> tuple[float, float]:
         from sidecar.moqt.relay.metrics import scrape
@@ -154,13 +155,15 @@ class Relay:
         return cpu_seconds(self.pid), scrape(self.http)["object_bytes_sent"]
 
 
-def measured_relay(children: Children, cert: CertificatePaths, role: str, *flags: str) -> Relay:
+def measured_relay(
+    children: Children, cert: CertificatePaths, role: str, datagram_size: int, *flags: str
+) -> Relay:
     from sidecar.address import free_tcp_port
     from sidecar.demo.services import HOST, start_relay
 
     http = f"{HOST}:{free_tcp_port()}"
-    service = start_relay(children, cert, "--http", http, *flags)
-    return Relay(role, service.url, service.pid, http)
+    service = start_relay(children, cert, "--http", http, *flags, datagram_size=datagram_size)
+    return Relay(role, service.url, service.pid, http, service.backend)
 
 
 async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict[str, Any]:
@@ -170,18 +173,18 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
     from sidecar.transfer.publisher import KVPublisher
     from sidecar.transfer.subscriber import KVSubscriber
 
-    size = ("--max-datagram-size", str(job.datagram_size))
-    single = measured_relay(children, cert, "relay", *size)
-    root = measured_relay(children, cert, "root", *size)
+    size = job.datagram_size
+    single = measured_relay(children, cert, "relay", size)
+    root = measured_relay(children, cert, "root", size)
     upstream = ("--upstream", root.url, "--ca", str(cert.cert))
     edges = [
-        measured_relay(children, cert, f"edge {i + 1}", *size, *upstream) for i in range(job.edges)
+        measured_relay(children, cert, f"edge {i + 1}", size, *upstream) for i in range(job.edges)
     ]
     settings = QuicSettings(ca_file=cert.cert, max_datagram_size=job.datagram_size)
     layout = KVLayout(LAYERS, KV_HEADS, HEAD_DIM, "float16")
     print(
-        f"one relay, and a root with {job.edges} edge(s); a {job.tokens}-token {job.track} "
-        f"prompt; {job.datagram_size}-byte packets"
+        f"one relay, and a root with {job.edges} edge(s), on {single.backend}; a "
+        f"{job.tokens}-token {job.track} prompt; {job.datagram_size}-byte packets"
     )
     async with AsyncExitStack() as stack:
         publisher = KVPublisher()
@@ -229,6 +232,7 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
         "edges": job.edges,
         "loaders": job.loaders,
         "datagram_size": job.datagram_size,
+        "relay_backend": single.backend,
         "prompt_bytes": reference["bytes"],
         "rows": rows,
     }

@@ -135,8 +135,8 @@ def reference_digest(job: Job) -> str:
 
 
 async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict[str, Any]:
-    size = ("--max-datagram-size", str(job.datagram_size))
-    relay = measured_relay(children, cert, "relay", *size, "--cache-bytes", str(job.cache_bytes))
+    cache = ("--cache-bytes", str(job.cache_bytes))
+    relay = measured_relay(children, cert, "relay", job.datagram_size, *cache)
     reference = await asyncio.to_thread(reference_digest, job)
     loaders = Loaders(cert.cert, job.tokens, job.track, job.datagram_size, job.loaders)
     alone = job.publishers + 1
@@ -145,7 +145,10 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
         ("one prompt", [[0]], job.fanout),
         ("many publishers", [[p] for p in range(1, job.publishers + 1)], job.per_publisher),
     )
-    print(f"one relay; {job.tokens}-token {job.track} prompts; {job.datagram_size}-byte packets")
+    print(
+        f"one relay on {relay.backend}; {job.tokens}-token {job.track} prompts; "
+        f"{job.datagram_size}-byte packets"
+    )
     rows = []
     publisher_memory: list[dict[str, Any]] = []
     async with AsyncExitStack() as stack:
@@ -175,6 +178,7 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
         "track": job.track,
         "cache_bytes": job.cache_bytes,
         "datagram_size": job.datagram_size,
+        "relay_backend": relay.backend,
         "rows": rows,
         "relay_peak_rss": memory(relay.pid).peak,
         "publishers": publisher_memory,

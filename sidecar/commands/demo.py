@@ -149,8 +149,9 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
             cert_dir = out / "kvmoq-demo-cert" if args.keep else scratch
             cert = write_certificate(cert_dir, overwrite=True)
             step = progress.add_task("starting the relay", total=1)
-            url, ca = start_relay(children, cert).url, cert.cert
-            progress.update(step, completed=1)
+            relay = start_relay(children, cert)
+            url, ca = relay.url, cert.cert
+            progress.update(step, completed=1, description=f"relay on {relay.backend}")
 
         step = progress.add_task("starting two sidecars, each connected to the relay", total=2)
         prefill_sidecar = start_sidecar(children, "prefill sidecar", url, ca, scratch)

@@ -123,6 +123,16 @@ def test_a_relay_cluster_puts_an_edge_on_every_node_under_the_root(tmp_path: Pat
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_relays_run_from_the_relay_image_on_the_fastest_stack_it_has(tmp_path: Path) -> None:
+    docs = render(tmp_path, EDGES)
+    for workload in (find(docs, "Deployment", "r-relay"), find(docs, "DaemonSet", "r-relay-edge")):
+        relay = container(workload["spec"]["template"]["spec"], "relay")
+        assert relay["image"] == "kvmoq-relay:0.1.0"  # same tag as the kvmoq image
+        assert not [a for a in relay_args(workload) if a.startswith("--backend")]  # auto
+    named = render(tmp_path, {"relay": {"backend": "qh3"}})
+    assert "--backend=qh3" in relay_args(find(named, "Deployment", "r-relay"))
+
+
 def test_inference_pod_gets_a_native_sidecar_beside_the_model_server(tmp_path: Path) -> None:
     spec = pod(render(tmp_path, INFERENCE))["spec"]
     sidecar = container(spec, "kvmoq-sidecar", "initContainers")
@@ -322,6 +332,8 @@ def test_schema_knows_every_sidecar_setting() -> None:
     ("values", "message"),
     [
         ({"inference": {"enabled": True}}, "inference.container.image is required"),
+        ({"relay": {"backend": "aiopquic", "maxDatagramSize": 16384}}, "/relay/maxDatagramSize"),
+        ({"relay": {"backend": "picoquic"}}, "/relay/backend"),
         (
             merged(INFERENCE, {"relay": {"enabled": False}}),
             "sidecar.relayURL is required when relay.enabled is false",
@@ -374,6 +386,8 @@ def test_schema_knows_every_sidecar_setting() -> None:
     ],
     ids=[
         "no-image",
+        "aiopquic-jumbo-packets",
+        "unknown-backend",
         "no-relay",
         "relay-url-scheme",
         "probes-kind",

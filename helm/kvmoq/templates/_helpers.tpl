@@ -27,7 +27,7 @@ certificate through the ca.crt of the same Secret, which must cover both Service
 terminationGracePeriodSeconds: 30
 containers:
   - name: relay
-    image: "{{ $.Values.image.repository }}:{{ $.Values.image.tag }}"
+    image: "{{ $.Values.relayImage.repository }}:{{ $.Values.image.tag }}"
     imagePullPolicy: {{ $.Values.image.pullPolicy }}
     command: ["kvmoq"]
     args:
@@ -37,7 +37,9 @@ containers:
       - --key=/tls/tls.key
       - --cache-bytes={{ $relay.cacheBytes | int64 }}
       - --retention={{ $relay.retentionSeconds }}
+      {{- if ne $relay.backend "auto" }}
       - --backend={{ $relay.backend }}
+      {{- end }}
       - --max-datagram-size={{ $relay.maxDatagramSize }}
       - --http=0.0.0.0:{{ $relay.metricsPort }}
       {{- if .upstream }}
