@@ -212,7 +212,6 @@ def fastest_relay_backend(
     return next(name for name in RELAY_PREFERENCE[internet] if available(name))
 
 
-
 @cache
 def load_backend(name: BackendName) -> QuicBackend:
     """Import and describe one QUIC stack; raises QuicSettingsError if it is not installed."""
