@@ -196,7 +196,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="BYTES",
-        help="QUIC packet size (default 1350; 16384 on loopback or jumbo frames; not aiopquic)",
+        help="QUIC packet size (default 1350; 16384 on loopback or jumbo frames, with aioquic "
+        "or qh3)",
     )
     parser.add_argument(
         "--grace", type=float, default=5.0, help="seconds sessions get to leave on shutdown"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +23,8 @@ from sidecar.moqt.aio.quic_backend import (
 )
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
 from sidecar.moqt.protocol.errors import SessionErrorCode
-from sidecar.moqt.protocol.events import MoqtEvent, SessionClosed
+from sidecar.moqt.protocol.events import MoqtEvent, SessionClosed, SubscribeRequested
+from sidecar.moqt.protocol.model import FullTrackName
 from tests.moqt.test_relay_harness import STACKS
 
 HOST = "127.0.0.1"
@@ -267,5 +269,36 @@ def test_drain_fails_once_the_connection_is_gone(
                 connection.close(SessionErrorCode.INTERNAL_ERROR, "gone")
                 with pytest.raises(ConnectionError):
                     await connection.drain()
+
+    run(main)
+
+
+def test_a_live_peer_that_owes_an_answer_is_not_taken_for_gone(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    """The stall watch calls a peer gone only when it acknowledges nothing: client and server
+    each leave the other's SUBSCRIBE unanswered for many stall timeouts, while their QUIC
+    stacks ACK the probes, and both sessions stay up (each stack hands datagrams over its own
+    way: qh3's client in batches, which must count as hearing from the peer too)."""
+    stall = 0.3
+    watching = dataclasses.replace(settings, stall_timeout=stall)
+    server_side = Recorder()
+    client_side = Recorder()
+    track = FullTrackName((b"ns",), b"never-answered")
+
+    async def main() -> None:
+        async with (
+            moqt_server(watching, cert, server_side) as (_, url),
+            transport.connect(url, watching, client_side) as client,
+        ):
+            await server_side.connection.setup
+            for side in (server_side.connection, client):
+                side.moqt.subscribe(track)
+                side.transmit()
+            await client_side.wait_for(SubscribeRequested)
+            await server_side.wait_for(SubscribeRequested)
+            await asyncio.sleep(10 * stall)
+            for side in (server_side, client_side):
+                assert not side.connection.closed.done(), side.events[-1:]
 
     run(main)

@@ -116,6 +116,15 @@ class _EndpointMixin:
         self._process_events()  # type: ignore[attr-defined]
         self.transmit_soon()
 
+    def datagrams_received(self, data: list[bytes], addr: Any) -> None:
+        """qh3's own UDP transport hands over a batch here instead (its clients; aioquic's
+        asyncio transport never calls this): the same, once per batch. Without it a qh3
+        client never counted as hearing from its peer, and the stall watch dropped it."""
+        self._last_received = now = self._loop.time()
+        self._quic.receive_many_datagrams(data, addr, now=now)
+        self._process_events()  # type: ignore[attr-defined]
+        self.transmit_soon()
+
     def quic_event_received(self, event: Any) -> None:
         # Replaces the stack's StreamReader plumbing entirely: the handler owns all streams.
         if isinstance(event, self._backend.events.ConnectionTerminated):
