@@ -64,6 +64,7 @@ async def run_sidecar(
     metrics = Metrics()
     health = health_aio.HealthServicer()
     settings = QuicSettings(
+        backend=config.quic_backend,
         max_datagram_size=config.max_datagram_size,
         ca_file=config.ca,
         idle_timeout=config.relay_timeout,
@@ -138,7 +139,7 @@ async def run_sidecar(
         "http": format_address((config.http[0], http_port)),
     }
     cuda_available()  # says once, at start, when this node runs the CPU path only
-    log.info("sidecar_serving", relay=config.relay, **addresses)
+    log.info("sidecar_serving", relay=config.relay, quic_backend=config.quic_backend, **addresses)
     on_serving(addresses)
     try:
         await stop.wait()

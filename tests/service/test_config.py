@@ -8,6 +8,7 @@ import pytest
 
 from sidecar.cli import build_parser
 from sidecar.cli import main as kvmoq
+from sidecar.moqt.aio.quic_backend import installed
 from sidecar.service.config import ConfigError, SidecarConfig, resolve
 
 
@@ -97,3 +98,11 @@ def test_catalog_keys_are_read_and_checked_at_start(tmp_path: Path) -> None:
         config([*base, "--catalog-key", str(secret)])
     with pytest.raises(ConfigError, match=r"KVMOQ_TRUSTED_KEYS_FILE: .*not a usable JWK file"):
         config(base, {"KVMOQ_TRUSTED_KEYS_FILE": str(tmp_path / "missing")})
+
+
+def test_the_quic_stack_defaults_to_the_fastest_installed() -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    assert config(base).quic_backend == ("qh3" if installed("qh3") else "aioquic")
+    assert config([*base, "--quic-backend", "aioquic"]).quic_backend == "aioquic"
+    with pytest.raises(ConfigError, match="--quic-backend: expected auto or one of qh3, aioquic"):
+        config([*base, "--quic-backend", "aiopquic"])  # the relay's stack: Python 3.12, no torch

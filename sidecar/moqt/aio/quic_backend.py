@@ -55,6 +55,11 @@ what one on qh3 does (qh3 clients both) on less than half the CPU per GB, and qh
 aioquic; at 16 KiB aioquic edges out qh3 (qh3 clients ask for 1472-byte packets, which a
 qh3 relay then sends them) and aiopquic cannot take such packets."""
 
+SIDECAR_PREFERENCE: tuple[BackendName, ...] = ("qh3", "aioquic")
+"""The sidecar's stacks (Python 3.11, where the CPU torch build is: no aiopquic), fastest
+first, from `kvmoq bench transport`: MoQT direct on qh3 moves 3x what aioquic does at
+1350-byte packets and 2x at 16 KiB."""
+
 MiB = 1 << 20
 
 # Linux lets CAP_NET_ADMIN raise a socket buffer above net.core.[rw]mem_max;
@@ -200,6 +205,11 @@ def _paced_by_the_stack(quic: Any) -> None:
 def installed(name: BackendName) -> bool:
     """Whether this interpreter has the stack (aiopquic only installs on Python >= 3.12)."""
     return importlib.util.find_spec(name) is not None
+
+
+def fastest_sidecar_backend() -> BackendName:
+    """The sidecar's stack when none is named: the first of `SIDECAR_PREFERENCE` installed."""
+    return next(name for name in SIDECAR_PREFERENCE if installed(name))
 
 
 def fastest_relay_backend(
