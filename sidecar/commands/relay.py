@@ -249,9 +249,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"kvmoq relay: --auth-key {exc}")
             return 2
         authorizer = Authorizer(key, args.public)
-    overrides = (
-        {} if args.max_datagram_size is None else {"max_datagram_size": args.max_datagram_size}
-    )
     size = args.max_datagram_size or INTERNET_DATAGRAM_SIZE
     backend = args.backend or fastest_relay_backend(size)
     if backend in SELF_SIZED and size > ETHERNET_DATAGRAM_SIZE:
@@ -262,7 +259,9 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        settings = QuicSettings(backend=backend, stall_timeout=args.stall_timeout, **overrides)
+        settings = QuicSettings(
+            backend=backend, max_datagram_size=size, stall_timeout=args.stall_timeout
+        )
         load_backend(settings.backend)
     except QuicSettingsError as exc:
         print(f"kvmoq relay: {exc}")

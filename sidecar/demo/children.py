@@ -206,7 +206,8 @@ def python_module(module: str, *args: str, python: str = sys.executable) -> list
 
 
 RELAY_PYTHON_ENV = "KVMOQ_RELAY_PYTHON"
-_CHECKOUT_RELAY_PYTHON = Path(__file__).resolve().parents[2] / ".venv-relay" / "bin" / "python"
+CHECKOUT_RELAY_PYTHON = Path(__file__).resolve().parents[2] / ".venv-relay" / "bin" / "python"
+"""The relay's own environment in a checkout (Python 3.12, no torch), made by scripts/setup.sh."""
 
 
 @cache
@@ -216,7 +217,7 @@ def python_with(stack: BackendName) -> str | None:
     or the checkout's .venv-relay that scripts/setup.sh makes. None if neither has it."""
     if installed(stack):
         return sys.executable
-    other = os.environ.get(RELAY_PYTHON_ENV) or str(_CHECKOUT_RELAY_PYTHON)
+    other = os.environ.get(RELAY_PYTHON_ENV) or str(CHECKOUT_RELAY_PYTHON)
     probe = f"import importlib.util as u, sys; sys.exit(u.find_spec({stack!r}) is None)"
     try:
         found = subprocess.run([other, "-c", probe], capture_output=True, timeout=30).returncode

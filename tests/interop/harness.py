@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import pytest
 
+from sidecar.demo.children import CHECKOUT_RELAY_PYTHON
+
 PEERS_DIR = Path(__file__).parent / "peers"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AIOMOQT_PYTHON = Path(
@@ -96,8 +98,8 @@ def skip_if_unavailable(kind: str) -> None:
         pytest.skip(f"aiomoqt peers need {AIOMOQT_PYTHON} (a Python 3.12 venv with aiomoqt)")
     if kind == "moqrs":
         pytest.importorskip("moq", reason="moq-rs peers need the moq-rs package (import moq)")
-    if kind == "kvmoq-pquic" and not (REPO_ROOT / ".venv-relay").exists():
-        pytest.skip("kvmoq's relay on aiopquic runs in .venv-relay (scripts/setup.sh)")
+    if kind == "kvmoq-pquic" and not CHECKOUT_RELAY_PYTHON.exists():
+        pytest.skip(f"kvmoq's relay on aiopquic runs in {CHECKOUT_RELAY_PYTHON} (setup.sh)")
 
 
 class Peer:

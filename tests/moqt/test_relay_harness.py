@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 from sidecar.address import free_tcp_port, free_udp_port
+from sidecar.demo.children import CHECKOUT_RELAY_PYTHON
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.quic_backend import BACKENDS, SELF_SIZED, QuicSettings, installed
 from sidecar.moqt.aio.tls import CertificatePaths
@@ -42,7 +43,7 @@ from sidecar.moqt.relay.metrics import scrape
 HOST = "127.0.0.1"
 WAIT_S = 30.0  # only bounds a hang: the machine may be busy
 REPO = Path(__file__).resolve().parents[2]
-RELAY_PYTHON = REPO / ".venv-relay" / "bin" / "python"
+RELAY_PYTHON = CHECKOUT_RELAY_PYTHON
 """The relay alone, without torch, on Python 3.12 (scripts/setup.sh), where aiopquic runs."""
 
 STACKS = tuple(

@@ -103,7 +103,7 @@ class PquicConnection:
             self._quic.send_datagram_frame(data)
 
     def send_ping(self, uid: int) -> None:
-        """picoquic has no call for one; its keep-alive PINGs instead (see `configuration`)."""
+        """picoquic has no call for one; its keep-alive PINGs instead (see `own_fields`)."""
 
     def close(
         self, error_code: int = 0, frame_type: int | None = None, reason_phrase: str = ""
