@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from sidecar.kvcache.catalog import Catalog, CatalogError
 from sidecar.kvcache.naming import CATALOG_TRACK, NamingError, PromptName, namespace_prefix
@@ -167,39 +168,51 @@ def catalog_track(prompt: PromptName) -> FullTrackName:
     return FullTrackName(prompt.namespace(), CATALOG_TRACK.encode())
 
 
+@dataclass
+class _SharedFeed:
+    """One prompt's feed on a session, from its SUBSCRIBE until its UNSUBSCRIBE went out."""
+
+    opening: asyncio.Task[CatalogFeed]
+    users: int = 0
+    closing: asyncio.Task[None] | None = None
+    """Set when the last user left; the feed is gone (and may be opened again) once it ends."""
+
+
 class CatalogFeeds:
     """The catalog feeds open on one session, shared by every lookup and load that needs one.
 
     Draft-14 allows one subscription per track and session, and concurrent users of one
     prompt are normal (a lookup during a load, two requests with one system prompt): they
-    share the feed, which closes when the last of them releases it.
+    share the feed, which closes when the last of them releases it. Closing takes a turn of
+    the event loop or two (a feed whose users all left while it was opening withdraws its
+    SUBSCRIBE first), and the track stays taken until then: the next user of the prompt
+    waits for that instead of subscribing twice.
     """
 
     def __init__(self, session: Session, trust: CatalogTrust = TRUST_THE_RELAY) -> None:
         self._session = session
         self._trust = trust
-        self._opening: dict[PromptName, asyncio.Task[CatalogFeed]] = {}
-        self._users: dict[PromptName, int] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self._feeds: dict[PromptName, _SharedFeed] = {}
 
     async def acquire(self, prompt: PromptName) -> CatalogFeed:
         """The prompt's feed, opened on first use; `RequestRefused` if it is not published."""
-        task = self._opening.get(prompt)
-        if task is None:
-            task = self._opening[prompt] = asyncio.ensure_future(
-                CatalogFeed.open(self._session, prompt, self._trust)
-            )
-        self._users[prompt] = self._users.get(prompt, 0) + 1
+        while (shared := self._feeds.get(prompt)) is not None and shared.closing is not None:
+            await asyncio.shield(shared.closing)
+        if shared is None:
+            opening = asyncio.ensure_future(CatalogFeed.open(self._session, prompt, self._trust))
+            shared = self._feeds[prompt] = _SharedFeed(opening)
+        shared.users += 1
         try:
-            return await asyncio.shield(task)
+            return await asyncio.shield(shared.opening)
         except BaseException:
-            if self._last_user_gone(prompt):
-                task.add_done_callback(self._close_unused)
+            self._leave(prompt, shared)
             raise
 
     async def release(self, feed: CatalogFeed) -> None:
-        if self._last_user_gone(feed.prompt):
-            await feed.close()
+        shared = self._feeds[feed.prompt]
+        self._leave(feed.prompt, shared)
+        if shared.closing is not None:
+            await asyncio.shield(shared.closing)
 
     async def newest(self, prompt: PromptName, timeout: float) -> Catalog | None:
         """The prompt's newest catalog, or None if no revision comes within `timeout` seconds
@@ -212,20 +225,20 @@ class CatalogFeeds:
         finally:
             await self.release(feed)
 
-    def _last_user_gone(self, prompt: PromptName) -> bool:
-        self._users[prompt] -= 1
-        if self._users[prompt]:
-            return False
-        del self._users[prompt]
-        del self._opening[prompt]
-        return True
+    def _leave(self, prompt: PromptName, shared: _SharedFeed) -> None:
+        shared.users -= 1
+        if not shared.users:
+            shared.closing = asyncio.ensure_future(self._close(prompt, shared))
 
-    def _close_unused(self, task: asyncio.Task[CatalogFeed]) -> None:
-        """Every user left while the feed was opening: close it once it is open."""
-        if not task.cancelled() and task.exception() is None:
-            closing = asyncio.ensure_future(task.result().close())
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
+    async def _close(self, prompt: PromptName, shared: _SharedFeed) -> None:
+        opening = shared.opening
+        opening.cancel()  # no one waits for it: a SUBSCRIBE still unanswered is withdrawn
+        try:
+            await asyncio.wait([opening])
+            if not opening.cancelled() and opening.exception() is None:
+                await opening.result().close()
+        finally:
+            del self._feeds[prompt]
 
 
 class PublishedPrompts:

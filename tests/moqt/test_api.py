@@ -385,6 +385,35 @@ class OnDemand(api.Publisher):
         return track
 
 
+def test_a_subscribe_given_up_before_its_answer_is_withdrawn(
+    settings: QuicSettings, cert: CertificatePaths
+) -> None:
+    """A SUBSCRIBE cancelled while the publisher still works on it is withdrawn
+    (UNSUBSCRIBE): the track can be asked for again on the session at once, and the late
+    answer to the first request troubles neither side."""
+    publisher = OnDemand()
+
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, publisher) as (url, _),
+            api.connect(url, settings) as session,
+        ):
+            asking = asyncio.ensure_future(session.subscribe(TRACK))
+            await asyncio.sleep(0.2)  # the SUBSCRIBE is out, held by the publisher
+            asking.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asking
+            publisher.go.set()
+            subscription = await session.subscribe(TRACK)
+            track = publisher.track(NAMESPACE, b"int8")
+            await write_groups(track, range(2, 3), 2)
+            track.end()
+            received = [obj async for obj in subscription if obj.group_id == 2]
+            assert_objects(received, [(2, 0), (2, 1)])
+
+    run(main)
+
+
 def test_a_track_resolved_on_request_is_awaited_while_the_session_serves_others(
     settings: QuicSettings, cert: CertificatePaths
 ) -> None:

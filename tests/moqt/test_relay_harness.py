@@ -92,6 +92,15 @@ class RelayProcess:
             if self.process.poll() is None:
                 self.process.kill()
 
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The relay stops answering (SIGSTOP) but its sessions stay open: requests hang."""
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
+
 
 @contextmanager
 def running_relay(

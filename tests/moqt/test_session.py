@@ -647,6 +647,44 @@ def test_fetch_cancel_before_fetch_ok_arrives(pair: SessionPair) -> None:
     assert _one(pair.take("server"), ev.FetchCancelled).request_id == request_id
 
 
+def test_a_fetch_stream_that_crosses_our_fetch_cancel_is_dropped(pair: SessionPair) -> None:
+    client, server = pair.sessions()
+    request_id = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))
+    pair.pump()
+    server.fetch_ok(request_id, Location(0, 0))
+    stream = server.open_fetch_stream(request_id)
+    server.send_fetch_object(stream, 0, 0, 0, b"late", end_stream=True)
+    client.fetch_cancel(request_id)  # crosses the FETCH_OK and the stream
+    pair.pump()
+    events = pair.take("client")
+    assert not _of(events, ev.SessionClosed) and not _of(events, ev.ObjectReceived)
+    pair.take("server")
+    later = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))  # the session goes on
+    pair.pump()
+    assert _one(pair.take("server"), ev.FetchRequested).message.request_id == later
+
+
+def test_a_request_withdrawn_before_the_peer_read_it_is_never_reported(
+    pair: SessionPair,
+) -> None:
+    """SUBSCRIBE + UNSUBSCRIBE and FETCH + FETCH_CANCEL that arrive together: the
+    application hears of neither, so it never answers a request that is over."""
+    client, server = pair.sessions()
+    subscribed = client.subscribe(TRACK)
+    client.unsubscribe(subscribed)
+    fetched = client.fetch(m.StandaloneFetch(OTHER, Location(0, 0), 0))
+    client.fetch_cancel(fetched)
+    pair.pump()
+    heard = ev.SubscribeRequested | ev.Unsubscribed | ev.FetchRequested | ev.FetchCancelled
+    assert not _of(pair.take("server"), heard)
+    again = client.subscribe(TRACK)  # the track is free on both sides
+    pair.pump()
+    assert _one(pair.take("server"), ev.SubscribeRequested).message.request_id == again
+    server.subscribe_ok(again)
+    pair.pump()
+    assert _one(pair.take("client"), ev.RequestAccepted).request_id == again
+
+
 def test_fetch_stream_may_end_before_fetch_ok(stack: str) -> None:
     pair, client = _raw_server(stack)
     request_id = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))

@@ -61,16 +61,6 @@ def health(sidecar: SidecarProcess, service: str) -> int:
         return health_pb2_grpc.HealthStub(channel).Check(request, timeout=10).status
 
 
-@contextmanager
-def frozen(relay: RelayProcess) -> Iterator[None]:
-    """The relay stops answering (SIGSTOP) but its session stays open: loads hang on it."""
-    os.kill(relay.process.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(relay.process.pid, signal.SIGCONT)
-
-
 BIG = KVLayout(num_layers=8, num_kv_heads=4, head_dim=64, dtype="float16")
 BIG_PROMPT = 2048
 """Tokens of a prompt loaded in 128 chunks of 16: a few hundred FETCHes, long enough to
@@ -201,7 +191,7 @@ def test_a_relay_that_stops_answering_is_noticed_in_about_a_second(
         request = pb.LoadRequest(
             buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS, deadline=deadline
         )
-        with frozen(relay):
+        with relay.frozen():
             started = time.monotonic()
             loading = pool.submit(load, sidecar.stub, request, timeout=60)
             wait_for(lambda: sidecar.get("/readyz")[0] == 503, "/readyz 503")
@@ -306,7 +296,7 @@ def test_a_client_that_leaves_mid_load_cancels_only_its_load(
         sidecar.wait_ready()
         set_id, buffers = register(sidecar, shm)
         request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
-        with frozen(relay):
+        with relay.frozen():
             call = sidecar.stub.Load(request, metadata=(("x-request-id", "leaver"),), timeout=60)
             sidecar.wait_log("load_started", request_id="leaver")
             call.cancel()
@@ -328,7 +318,7 @@ def test_sigterm_drains_running_loads_then_exits(cert: CertificatePaths, shm: Pa
         sidecar.wait_ready()
         set_id, _ = register(sidecar, shm)
         request = pb.LoadRequest(buffer_set_id=set_id, token_ids=TOKENS, destination=BLOCKS)
-        with frozen(relay):
+        with relay.frozen():
             call = sidecar.stub.Load(request, metadata=(("x-request-id", "drained"),), timeout=60)
             received: Future[tuple[list[pb.LoadProgress], grpc.RpcError]] = pool.submit(
                 read_until_error, call
@@ -363,7 +353,7 @@ def test_a_load_out_of_time_mid_way_accounts_for_every_chunk_it_wrote(
     with a_big_load_under_way(
         cert, shm, 3, decoder_flags=PATIENT, tracks=["fp16"], timeout=4
     ) as load:
-        with frozen(load.relay):
+        with load.relay.frozen():
             *progress, last = load.messages(30)
         finished = last.finished
         written = sum(m.chunk_loaded.tokens.end - m.chunk_loaded.tokens.start for m in progress)
@@ -403,7 +393,7 @@ def test_a_load_stuck_on_a_silent_relay_still_ends_with_load_finished(
         request = pb.LoadRequest(
             buffer_set_id=set_id, token_ids=prompt, destination=every_token, tracks=["fp16"]
         )
-        with frozen(relay):
+        with relay.frozen():
             chunks, finished = load(decoder.stub, request, timeout=3)
         assert finished.stop_reason == pb.STOP_REASON_DEADLINE
         assert spans(finished.loaded) == [] and not chunks

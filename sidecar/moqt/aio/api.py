@@ -585,9 +585,16 @@ class Session:
         self.connection.transmit()
         try:
             return await asyncio.wait_for(future, REQUEST_TIMEOUT)
-        except BaseException:
+        except (RequestRefused, SessionGone):
             if registry is not None:
                 registry.pop(request_id, None)
+            raise
+        except BaseException:
+            # Timed out or given up: withdraw the request, or a late answer would open a
+            # subscription nobody reads, and its track could not be asked for again.
+            request = None if registry is None else registry.get(request_id)
+            if request is not None and not self.connection.moqt.closed:
+                self.cancel(request)
             raise
         finally:
             self._replies.pop(request_id, None)

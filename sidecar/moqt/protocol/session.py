@@ -856,7 +856,7 @@ class MoqtSession:
         request_id = message.request_id
         known = self._local_tracks.pop(request_id, None) is not None
         if isinstance(self._inbound.get(request_id), Subscribe):
-            known = True
+            known = not self._unheard(request_id)
             self._finish_peer_request(request_id)
         if known:
             self._events.append(ev.Unsubscribed(request_id))
@@ -888,7 +888,22 @@ class MoqtSession:
                 if stream.request_id == message.request_id:
                     self.reset_stream(stream_id, StreamResetCode.CANCELLED)
             self._finish_peer_request(message.request_id)
-            self._events.append(ev.FetchCancelled(message.request_id))
+            if not self._unheard(message.request_id):
+                self._events.append(ev.FetchCancelled(message.request_id))
+
+    def _unheard(self, request_id: int) -> bool:
+        """Withdraw the peer's SUBSCRIBE or FETCH from the events not yet returned, if it is
+        there: it came with its own UNSUBSCRIBE or FETCH_CANCEL, and an application that
+        saw it would answer a request that is already over. The withdrawal is then not
+        reported either."""
+        for index, event in enumerate(self._events):
+            if (
+                isinstance(event, ev.SubscribeRequested | ev.FetchRequested)
+                and event.message.request_id == request_id
+            ):
+                del self._events[index]
+                return True
+        return False
 
     def _on_publish(self, message: Publish) -> None:
         self._inbound[message.request_id] = message
@@ -1030,7 +1045,12 @@ class MoqtSession:
                 self._on_subgroup_header(stream_id, state, item)
             elif isinstance(item, FetchHeader):
                 if item.request_id not in self._fetches:
-                    raise ProtocolError(f"fetch stream for unknown fetch {item.request_id}")
+                    if not self._made(item.request_id):
+                        raise ProtocolError(f"fetch stream for unknown fetch {item.request_id}")
+                    # A fetch we cancelled: the peer may have opened its stream before our
+                    # FETCH_CANCEL reached it.
+                    self._drop_in_stream(stream_id)
+                    return
                 state.request_id = item.request_id
             elif state.request_id is None:
                 self._hold(stream_id, state, item)  # type: ignore[arg-type]
@@ -1193,6 +1213,10 @@ class MoqtSession:
         if expects_reply:
             self._outbound[message.request_id] = message
         return message.request_id
+
+    def _made(self, request_id: int) -> bool:
+        """Whether this session has sent a request with this id (ids alternate by side)."""
+        return request_id < self._next_request_id and request_id % 2 == self._next_request_id % 2
 
     def _next_id(self) -> int:
         """The id the next request will take, if the session and the peer's limit allow one."""
