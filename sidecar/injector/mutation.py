@@ -119,7 +119,7 @@ def _injected(pod: Json, template: InjectionTemplate) -> Json | None:
     spec["volumes"] = [*volumes, *copy.deepcopy(own_volumes)]
     metadata = new["metadata"]
     metadata["labels"] = {**(metadata.get("labels") or {}), INJECTED_LABEL: "true"}
-    metadata["annotations"] = {**annotations, STATUS: INJECTED}
+    metadata["annotations"] = {**template.pod_annotations, **annotations, STATUS: INJECTED}
     return new
 
 

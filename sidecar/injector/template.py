@@ -47,6 +47,9 @@ class InjectionTemplate:
     """What every container of the pod gets to find the sidecar (KVMOQ_GRPC)."""
     model_server_mounts: list[Json]
     """The socket directory and /dev/shm, mounted in every container of the pod."""
+    pod_annotations: dict[str, str]
+    """Annotations the pod gets unless it sets them itself: Prometheus' scrape annotations
+    for the sidecar's metrics port, as the chart's own inference pods carry them."""
     visible_devices: str
     """NVIDIA_VISIBLE_DEVICES of the sidecar in a CUDA IPC pod whose containers claim no
     DRA devices (the chart's inference.cudaIPC.sidecarVisibleDevices); empty: such a pod is
@@ -77,6 +80,7 @@ class InjectionTemplate:
             volumes=_field(data, "volumes", list),
             model_server_env=_field(data, "modelServerEnv", list),
             model_server_mounts=_field(data, "modelServerMounts", list),
+            pod_annotations=_field(data, "podAnnotations", dict),
             visible_devices=_field(data, "visibleDevices", str),
         )
 

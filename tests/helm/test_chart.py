@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,7 @@ def test_a_relay_cluster_puts_an_edge_on_every_node_under_the_root(tmp_path: Pat
     assert root_service["spec"]["selector"] != edge_service["spec"]["selector"]
     assert edge_service["spec"]["internalTrafficPolicy"] == "Local"
     sidecar = container(pod(docs)["spec"], "kvmoq-sidecar", "initContainers")
-    assert env(sidecar)["KVMOQ_RELAY"] == "moqt://r-relay-edge:4443"
+    assert env(sidecar)["KVMOQ_RELAY"] == "moqt://r-relay-edge.default.svc:4443"
     validate(tmp_path, render_text(tmp_path, merged(INFERENCE, EDGES)))
 
     # Edges as a Deployment: as many as asked, behind a Service that spreads sidecars.
@@ -143,7 +144,7 @@ def test_inference_pod_gets_a_native_sidecar_beside_the_model_server(tmp_path: P
     assert sidecar["image"] == "kvmoq:0.1.0"
     assert sidecar["command"] == ["kvmoq", "sidecar"]
     assert env(sidecar) == {
-        "KVMOQ_RELAY": "moqt://r-relay:4443",
+        "KVMOQ_RELAY": "moqt://r-relay.default.svc:4443",
         "KVMOQ_CA": "/etc/kvmoq/ca/ca.crt",
         "KVMOQ_GRPC": "unix:///run/kvmoq/sidecar.sock",
         # The gRPC port serves the whole API unauthenticated: loopback unless probes use it.
@@ -383,6 +384,34 @@ def test_schema_knows_every_sidecar_setting() -> None:
         ({"injector": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
         ({"injector": {"timeoutSeconds": 60}}, "timeoutSeconds"),
         ({"injector": {"replica": 3}}, "replica"),
+        ({"injectr": {"enabled": False}}, "at '': additional properties 'injectr' not allowed"),
+        ({"image": {"tg": "1"}}, "at '/image': additional properties 'tg' not allowed"),
+        ({"relayImage": {"tag": "1"}}, "at '/relayImage': additional properties 'tag' not allowed"),
+        ({"relay": {"replica": 3}}, "at '/relay': additional properties 'replica' not allowed"),
+        (
+            {"relay": {"edges": {"enable": True}}},
+            "at '/relay/edges': additional properties 'enable' not allowed",
+        ),
+        (
+            {"sidecar": {"relayUrl": "moqt://relay:4443"}},
+            "at '/sidecar': additional properties 'relayUrl' not allowed",
+        ),
+        (
+            {"sidecar": {"token": {"secrte": "kvmoq-token"}}},
+            "at '/sidecar/token': additional properties 'secrte' not allowed",
+        ),
+        (
+            {"sidecar": {"metrics": {"serviceMonitor": {"label": {}}}}},
+            "at '/sidecar/metrics/serviceMonitor': additional properties 'label' not allowed",
+        ),
+        (
+            merged(INFERENCE, {"inference": {"replica": 2}}),
+            "at '/inference': additional properties 'replica' not allowed",
+        ),
+        (
+            merged(INFERENCE, {"inference": {"cudaIPC": {"enable": True}}}),
+            "at '/inference/cudaIPC': additional properties 'enable' not allowed",
+        ),
     ],
     ids=[
         "no-image",
@@ -406,12 +435,73 @@ def test_schema_knows_every_sidecar_setting() -> None:
         "injector-failure-policy",
         "injector-timeout",
         "injector-typo",
+        "top-level-typo",
+        "image-typo",
+        "relay-image-typo",
+        "relay-typo",
+        "edges-typo",
+        "sidecar-typo",
+        "sidecar-token-typo",
+        "sidecar-service-monitor-typo",
+        "inference-typo",
+        "cuda-ipc-typo",
     ],
 )
 def test_invalid_values_fail_with_a_clear_message(
     tmp_path: Path, values: dict[str, Any], message: str
 ) -> None:
     assert message in render_error(tmp_path, values)
+
+
+def test_every_typo_is_named_at_once(tmp_path: Path) -> None:
+    """Misspelt keys anywhere fail the render, each named with where it is."""
+    error = render_error(
+        tmp_path,
+        {"sidecar": {"relayUrl": "x"}, "relay": {"replica": 3}, "injectr": {"enabled": False}},
+    )
+    assert "at '/sidecar': additional properties 'relayUrl' not allowed" in error
+    assert "at '/relay': additional properties 'replica' not allowed" in error
+    assert "at '': additional properties 'injectr' not allowed" in error
+
+
+OPEN_VALUES = {
+    "relay.resources",
+    "relay.serviceMonitor.labels",
+    "relay.edges.nodeSelector",
+    "relay.edges.resources",
+    "sidecar.resources",
+    "sidecar.securityContext",
+    "sidecar.metrics.serviceMonitor.labels",
+    "inference.container",
+    "inference.podLabels",
+    "inference.podAnnotations",
+    "inference.podSpec",
+    "injector.namespaceSelector",
+    "injector.resources",
+    "dashboard.labels",
+}
+"""Values passed through to Kubernetes objects verbatim: any keys."""
+
+
+def test_schema_declares_every_value_and_refuses_unknown_keys() -> None:
+    """Every key of values.yaml is in the schema, and every object of the chart's own
+    refuses keys it does not declare (a typo fails instead of being ignored), but the
+    Kubernetes objects passed through verbatim."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def check(path: str, values: dict[str, Any], node: dict[str, Any]) -> None:
+        if path in OPEN_VALUES:
+            assert node.get("additionalProperties") is not False, path
+            return
+        assert node.get("additionalProperties") is False, f"{path or 'top level'} is open"
+        for key, value in values.items():
+            name = f"{path}.{key}" if path else key
+            assert key in node.get("properties", {}), f"{name} is not in values.schema.json"
+            if isinstance(value, dict):
+                check(name, value, node["properties"][key])
+
+    check("", defaults, schema)
 
 
 def test_cuda_ipc_shares_pid_namespace_and_gpu_claims(tmp_path: Path) -> None:

@@ -192,19 +192,37 @@ def test_a_vllm_pod_gets_the_sidecar_and_its_kv_transfer_config(
     assert {v["name"] for v in spec["volumes"]} == {"kvmoq-socket", "kvmoq-shm", "kvmoq-ca"}
     assert result["metadata"]["labels"]["kvmoq.io/sidecar"] == "true"
     assert result["metadata"]["annotations"]["kvmoq.io/status"] == "injected"
-    # A second pass (a reinvocation, a re-sent review) leaves the injected pod alone.
-    response = injector.review(result)
-    assert response["allowed"] is True and "patch" not in response
+    # A second pass (a reinvocation, a re-sent review) leaves the injected pod alone, and
+    # so does a pod that carries the sidecar already (rendered from the named templates).
+    by_hand = copy.deepcopy(result)
+    del by_hand["metadata"]["annotations"]["kvmoq.io/status"]
+    for done in (result, by_hand):
+        response = injector.review(done)
+        assert response["allowed"] is True and "patch" not in response
 
 
 def test_the_injected_sidecar_is_the_one_the_chart_renders(
     injector: Injector, tmp_path: Path
 ) -> None:
     """One source: the chart's inference Deployment and an injected pod carry the same
-    sidecar container and volumes, for the same values."""
-    chart = pod(render(tmp_path, INFERENCE))["spec"]
+    sidecar container, volumes and scrape annotations, for the same values; the pod's own
+    annotations win."""
+    chart_pod = pod(render(tmp_path, INFERENCE))
+    chart = chart_pod["spec"]
     model = copy.deepcopy(MODEL)
-    result = injected(injector, a_pod(model))["spec"]
+    patched = injected(injector, a_pod(model, **{"prometheus.io/path": "/own"}))
+    result = patched["spec"]
+    scrape = {
+        key: value
+        for key, value in chart_pod["metadata"]["annotations"].items()
+        if key.startswith("prometheus.io/")
+    }
+    assert set(scrape) == {"prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path"}
+    assert patched["metadata"]["annotations"] == {
+        **scrape,
+        "prometheus.io/path": "/own",
+        "kvmoq.io/status": "injected",
+    }
     assert sidecars(result) == sidecars(chart)
     assert container(result, "vllm") == container(chart, "vllm")
     assert result["volumes"] == [v for v in chart["volumes"] if v["name"] != "models"]
@@ -391,6 +409,8 @@ def test_the_chart_deploys_the_injector(tmp_path: Path) -> None:
     assert budget["spec"]["minAvailable"] == 1
     (webhook,) = find(docs, "MutatingWebhookConfiguration", "r-kvmoq-injector")["webhooks"]
     assert webhook["objectSelector"] == {"matchLabels": LABELS}
+    # Namespaces opt in: each must hold the Secrets the sidecar mounts (docs/operations.md).
+    assert webhook["namespaceSelector"] == {"matchLabels": {"kvmoq.io/injection": "enabled"}}
     assert webhook["failurePolicy"] == "Fail"
     assert webhook["reinvocationPolicy"] == "Never"
     assert webhook["timeoutSeconds"] == 10

@@ -14,7 +14,10 @@ can another chart that lists this one as a dependency, passing this chart's valu
   volumes:
     {{- include "kvmoq.sidecarVolumes" $kvmoq | nindent 4 }}
 
-Each renders YAML list items. The context needs .Values (this chart's) and .Release;
+and on the pod template, `metadata.annotations: {{- include "kvmoq.podAnnotations" $kvmoq
+| nindent ... }}` (Prometheus' scrape annotations for the sidecar's metrics port).
+
+Each renders YAML list items, but podAnnotations a YAML map (empty when there are none). The context needs .Values (this chart's) and .Release;
 sidecarContainer also takes .resourceClaims (DRA claims the sidecar shares) and
 .visibleDevices (NVIDIA_VISIBLE_DEVICES), both optional.
 */}}
@@ -27,7 +30,8 @@ sidecarContainer also takes .resourceClaims (DRA claims the sidecar shares) and
 {{- $url := .Values.sidecar.relayURL -}}
 {{- if and (not $url) .Values.relay.enabled -}}
 {{- $service := include "kvmoq.relayService" (list . (ternary "edge" "root" .Values.relay.edges.enabled)) -}}
-{{- $url = printf "moqt://%s:%v" $service .Values.relay.port -}}
+{{- /* The name in full: pods of other namespaces (injected ones) dial it too. */ -}}
+{{- $url = printf "moqt://%s.%s.svc:%v" $service .Release.Namespace .Values.relay.port -}}
 {{- end -}}
 {{- if not $url -}}
 {{- fail "sidecar.relayURL is required when relay.enabled is false: the moqt://HOST:PORT of the relay the sidecars use" -}}
@@ -147,6 +151,14 @@ httpGet: {path: {{ .path }}, port: {{ $s.metricsPort }}}
 
 {{- define "kvmoq.modelServerEnv" -}}
 - {name: KVMOQ_GRPC, value: {{ printf "unix://%s" (include "kvmoq.socketPath" .) | quote }}}
+{{- end }}
+
+{{- define "kvmoq.podAnnotations" -}}
+{{- if .Values.sidecar.metrics.podAnnotations -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.sidecar.metricsPort | toString | quote }}
+prometheus.io/path: /metrics
+{{- end -}}
 {{- end }}
 
 {{- define "kvmoq.modelServerMounts" -}}
