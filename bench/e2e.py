@@ -80,11 +80,14 @@ def _bench(job: Job) -> int:
         with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-e2e-") as tmp:
             cert = write_certificate(Path(tmp))
             console.log("starting the relay and the prefill node (SmolLM2 prefills, publishes)")
-            relay = start_relay(children, cert)
-            console.log(f"relay on {relay.backend}")
+            relay = start_relay(children, cert, datagram_size=job.datagram_size)
+            console.log(f"relay on {relay.backend}, {job.datagram_size}-byte packets")
             url = relay.url
-            published = start_prefill(children, url, cert.cert, job.tokens)
+            published = start_prefill(
+                children, url, cert.cert, job.tokens, datagram_size=job.datagram_size
+            )
             report = transport.run(_decode(job, url, cert.cert, console))
+            report["relay_backend"] = relay.backend
     except (ChildFailed, netns.NamespaceError, ConnectionError, OSError, TimeoutError) as failure:
         console.print(f"[red]kvmoq bench e2e failed:[/red] {type(failure).__name__}: {failure}")
         return 1
@@ -143,13 +146,14 @@ def _loopback_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 @contextlib.asynccontextmanager
-async def _subscriber(url: str, ca: Path) -> AsyncIterator[KVSubscriber]:
+async def _subscriber(url: str, ca: Path, datagram_size: int) -> AsyncIterator[KVSubscriber]:
     """A decode node's session to the relay: a fresh QUIC connection each time."""
     from sidecar.moqt.aio import api
     from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.transfer.subscriber import KVSubscriber
 
-    async with api.connect(url, QuicSettings.loopback(ca_file=ca)) as session:
+    settings = QuicSettings(ca_file=ca, max_datagram_size=datagram_size)
+    async with api.connect(url, settings) as session:
         yield KVSubscriber(session)
 
 
@@ -218,7 +222,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         return await subscriber.estimate(found, layout, seconds)
 
     estimates: dict[str, dict[str, float]] = {}
-    async with _subscriber(url, ca) as subscriber:
+    async with _subscriber(url, ca, job.datagram_size) as subscriber:
         console.log(f"fetching every track once ({' '.join(CODEC_NAMES)}) into the relay's cache")
         for track in CODEC_NAMES:
             await load(
@@ -253,7 +257,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                     f"link limited to {label}: a bulk TCP transfer gets "
                     f"{measured / 1e6:.1f} Mbit/s; adaptive load, deadline {deadline:.2f} s"
                 )
-                async with _subscriber(url, ca) as subscriber:
+                async with _subscriber(url, ca, job.datagram_size) as subscriber:
                     guess = await warm_estimate(subscriber, deadline)
                     link_run, link_bytes = await measure(subscriber, "adaptive", None, deadline)
                 estimates[label] = _estimate_row(guess, link_run.load_s)
@@ -332,6 +336,7 @@ def _report(
         },
         "links": links,
         "links_skipped": job.limits_skipped,
+        "datagram_size": job.datagram_size,
     }
 
 
@@ -355,7 +360,7 @@ def _show(console: Console, report: dict[str, Any]) -> None:
 
     table = Table(
         title=f"{report['model']}, {report['tokens']}-token pydoc prompt: recompute vs load "
-        "through the relay"
+        f"through the relay ({report['relay_backend']}, {report['datagram_size']}-byte packets)"
     )
     for column in _COLUMNS:
         table.add_column(column, justify="right")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.fanout_loader import Loaders, load_digest, token_ids
-from bench.harness import LoadMismatch, conclude, measured
+from bench.harness import LoadMismatch, add_datagram_size, check_datagram_size, conclude, measured
 from bench.parallel_load import HEAD_DIM, KV_HEADS, LAYERS, MODEL, synthetic_kv
 from bench.procstat import cpu_seconds
 
@@ -53,8 +53,6 @@ GOAL_ROOT_CPU_SHARE = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
-
     parser.add_argument(
         "--tokens",
         type=int,
@@ -84,14 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help=f"worker processes the decoders' sessions are spread over (default {DEFAULT_LOADERS})",
     )
-    parser.add_argument(
-        "--max-datagram-size",
-        type=int,
-        default=LOOPBACK_DATAGRAM_SIZE,
-        metavar="BYTES",
-        help=f"QUIC packet size of every relay and session (default {LOOPBACK_DATAGRAM_SIZE}; "
-        "1350 for internet-sized packets)",
-    )
+    add_datagram_size(parser)
     parser.add_argument("--plot", metavar="FILE", help="also draw the figures as a PNG")
 
 
@@ -121,9 +112,8 @@ def _job(args: argparse.Namespace) -> Job:
         raise fail(f"{exc} (one --track, --subscribers numbers)") from None
     if not subscribers or not all(1 <= n <= 64 for n in subscribers):
         raise fail("--subscribers must be numbers in 1..64")
-    if not 1200 <= args.max_datagram_size <= 65527:
-        raise fail("--max-datagram-size must be in 1200..65527")
-    return Job(args.tokens, track, subscribers, args.edges, args.loaders, args.max_datagram_size)
+    size = check_datagram_size(args.max_datagram_size, "kvmoq bench fanout")
+    return Job(args.tokens, track, subscribers, args.edges, args.loaders, size)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ goals checked in code, then the table and the JSON."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -20,6 +21,30 @@ if TYPE_CHECKING:
 Report = dict[str, Any]
 LOG_WIDTH = 150
 """Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
+
+
+def add_datagram_size(parser: argparse.ArgumentParser) -> None:
+    from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
+
+    parser.add_argument(
+        "--max-datagram-size",
+        type=int,
+        default=LOOPBACK_DATAGRAM_SIZE,
+        metavar="BYTES",
+        help=f"QUIC packet size of the relays and every session (default "
+        f"{LOOPBACK_DATAGRAM_SIZE}; 1350 for internet-sized packets; the relay runs the "
+        "fastest stack installed for the size)",
+    )
+
+
+def check_datagram_size(size: int, command: str) -> int:
+    """`size`, or SystemExit naming `command` when no QUIC stack takes it."""
+    from sidecar.moqt.aio.quic_backend import DATAGRAM_SIZES
+
+    if size not in DATAGRAM_SIZES:
+        sizes = f"{DATAGRAM_SIZES.start}..{DATAGRAM_SIZES.stop - 1}"
+        raise SystemExit(f"{command}: --max-datagram-size must be in {sizes}")
+    return size
 
 
 class LoadMismatch(RuntimeError):

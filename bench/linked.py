@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import netns
+from bench import harness, netns
+from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
 
 MIN_TOKENS = 128
 MAX_TOKENS = 8192
@@ -58,6 +59,7 @@ def add_arguments(
         help=f"comma-separated link rates, as tc writes them (default {limits}); 'none' "
         "skips them (they need root and iproute2)",
     )
+    harness.add_datagram_size(parser)
     parser.add_argument("--plot", metavar="FILE", help="also draw the figures as a bar chart (PNG)")
 
 
@@ -74,6 +76,7 @@ class Job:
     plot_path: str | None = None
     namespace: str | None = None
     limits_skipped: str | None = None
+    datagram_size: int = LOOPBACK_DATAGRAM_SIZE
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -108,7 +111,16 @@ class Job:
         json_path, plot_path = (
             str(Path(p).resolve()) if p else None for p in (args.json, args.plot)
         )
-        return cls(args.tokens, tracks, limits, args.repeat, args.deadline, json_path, plot_path)
+        return cls(
+            args.tokens,
+            tracks,
+            limits,
+            args.repeat,
+            args.deadline,
+            json_path,
+            plot_path,
+            datagram_size=harness.check_datagram_size(args.max_datagram_size, command),
+        )
 
 
 def run(job: Job, module: str, bench: Callable[[Job], int], command: str) -> int:

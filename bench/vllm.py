@@ -170,8 +170,9 @@ def _measure(
 
     prompts = Prompts.make(job.tokens, job.repeat)
     console.log("relay, sidecars; engines R (plain), P (kvmoq producer), D (kvmoq consumer), E")
-    relay = start_relay(children, cert)
-    sidecar_p, sidecar_d = _start_sidecars(children, relay.url, cert)
+    relay = start_relay(children, cert, datagram_size=job.datagram_size)
+    console.log(f"relay on {relay.backend}, {job.datagram_size}-byte packets")
+    sidecar_p, sidecar_d = _start_sidecars(children, relay.url, cert, job.datagram_size)
     storage = Path(cert.cert).parent / "example-connector"
     r, p, d, e = _start_engines(children, job, sidecar_p, sidecar_d, storage)
 
@@ -245,18 +246,23 @@ def _measure(
         },
         "links": links,
         "links_skipped": job.limits_skipped,
+        "relay_backend": relay.backend,
+        "datagram_size": job.datagram_size,
         "not_run_here": "LMCache, NIXL and Mooncake need CUDA",
     }
 
 
 def _start_sidecars(
-    children: Children, url: str, cert: CertificatePaths
+    children: Children, url: str, cert: CertificatePaths, datagram_size: int
 ) -> tuple[SidecarNode, SidecarNode]:
     from sidecar.demo.nodes import start_sidecar
 
     scratch = Path(cert.cert).parent
     return tuple(  # type: ignore[return-value]
-        start_sidecar(children, f"sidecar {name}", url, cert.cert, scratch) for name in "pd"
+        start_sidecar(
+            children, f"sidecar {name}", url, cert.cert, scratch, datagram_size=datagram_size
+        )
+        for name in "pd"
     )
 
 

@@ -66,3 +66,10 @@ def test_bench_parsers_import_their_module_only_when_chosen() -> None:
 
 def test_full_parser_does_not_import_torch() -> None:
     assert not torch_loaded_after("from sidecar.cli import build_parser; build_parser()")
+
+
+@pytest.mark.parametrize("bench", ["e2e", "vllm", "fanout"])
+def test_a_packet_size_no_quic_stack_takes_is_refused_before_anything_starts(bench: str) -> None:
+    result = run_kvmoq("bench", bench, "--max-datagram-size", "1000")
+    assert result.returncode != 0
+    assert f"kvmoq bench {bench}: --max-datagram-size must be in 1200..65527" in result.stderr

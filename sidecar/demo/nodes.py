@@ -102,10 +102,15 @@ class SidecarNode:
 
 
 def start_sidecar(
-    children: Children, name: str, url: str, ca: Path, scratch: Path, *flags: str
+    children: Children,
+    name: str,
+    url: str,
+    ca: Path,
+    scratch: Path,
+    *flags: str,
+    datagram_size: int = LOOPBACK_DATAGRAM_SIZE,
 ) -> SidecarNode:
-    """A sidecar connected to the relay at `url`, its API on a socket in `scratch` (16 KiB
-    packets unless ``flags`` say otherwise)."""
+    """A sidecar connected to the relay at `url`, its API on a socket in `scratch`."""
     child = children.start(
         name,
         python_module(
@@ -122,7 +127,7 @@ def start_sidecar(
             "--http",
             f"{HOST}:0",
             "--max-datagram-size",
-            str(LOOPBACK_DATAGRAM_SIZE),
+            str(datagram_size),
             *flags,
         ),
         ready_prefix='{"event": "serving"',

@@ -24,7 +24,7 @@ from sidecar.models.corpus import pydoc_token_ids
 from sidecar.models.kv import extract_kv, kv_layout
 from sidecar.models.smollm2 import load_model
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE, QuicSettings
 from sidecar.transfer.publisher import KVPublisher
 
 MODEL_NAME = "SmolLM2-135M"
@@ -45,7 +45,7 @@ async def serve(args: argparse.Namespace) -> None:
         tracks=CODEC_NAMES,
         default_track=args.default_track,
     )
-    settings = QuicSettings.loopback(ca_file=Path(args.ca))
+    settings = QuicSettings(ca_file=Path(args.ca), max_datagram_size=args.max_datagram_size)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -73,6 +73,13 @@ def main() -> None:
     parser.add_argument("--ca", required=True, help="CA certificate that signed the relay's")
     parser.add_argument("--tokens", type=int, required=True, help="prompt length in tokens")
     parser.add_argument("--default-track", default="int8", choices=CODEC_NAMES)
+    parser.add_argument(
+        "--max-datagram-size",
+        type=int,
+        default=LOOPBACK_DATAGRAM_SIZE,
+        metavar="BYTES",
+        help=f"QUIC packet size (default {LOOPBACK_DATAGRAM_SIZE})",
+    )
     transport.run(serve(parser.parse_args()))
 
 

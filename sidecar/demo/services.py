@@ -72,13 +72,28 @@ def start_relay(
     return RelayService(url, relay.process.pid, backend)
 
 
-def start_prefill(children: Children, url: str, ca: Path, tokens: int) -> dict[str, Any]:
+def start_prefill(
+    children: Children,
+    url: str,
+    ca: Path,
+    tokens: int,
+    *,
+    datagram_size: int = LOOPBACK_DATAGRAM_SIZE,
+) -> dict[str, Any]:
     """A prefill node that has published the KV of the first `tokens` pydoc tokens through
     the relay at `url`; its ready event (prompt id, prefill seconds)."""
     prefill = children.start(
         "prefill server",
         python_module(
-            "sidecar.demo.prefill", "--url", url, "--ca", str(ca), "--tokens", str(tokens)
+            "sidecar.demo.prefill",
+            "--url",
+            url,
+            "--ca",
+            str(ca),
+            "--tokens",
+            str(tokens),
+            "--max-datagram-size",
+            str(datagram_size),
         ),
         ready_prefix='{"event": "ready"',
         timeout=PREFILL_TIMEOUT_S,

@@ -1,5 +1,5 @@
-"""`kvmoq bench e2e` at a tiny size: real relay, prefill process and SmolLM2, no link limits;
-its JSON and its plot."""
+"""`kvmoq bench e2e` at a tiny size: real relay, prefill process and SmolLM2, no link limits,
+internet-sized packets; its JSON and its plot."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.demo.children import python_with
+from sidecar.moqt.aio.quic_backend import INTERNET_DATAGRAM_SIZE, fastest_relay_backend
 from tests.bench.bench_run import run_bench
 from tests.bench.test_plots import assert_png
 
@@ -22,9 +24,16 @@ def test_e2e_reports_every_figure_with_sane_values(tmp_path: Path) -> None:
         "e2e",
         report_path,
         *("--tokens", str(TOKENS), "--limits", "none", "--repeat", "1", "--plot", str(plot_path)),
+        *("--max-datagram-size", str(INTERNET_DATAGRAM_SIZE)),
         timeout=900,
     )
     report, result = run.report, run.result
+
+    # Every session at 1350 bytes, the relay on the fastest stack installed for that size.
+    assert report["datagram_size"] == INTERNET_DATAGRAM_SIZE
+    assert report["relay_backend"] == fastest_relay_backend(
+        INTERNET_DATAGRAM_SIZE, lambda name: python_with(name) is not None
+    )
 
     assert report["tokens"] == TOKENS
     assert report["recompute_s"] > 0

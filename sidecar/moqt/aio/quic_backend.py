@@ -61,6 +61,9 @@ first, from `kvmoq bench transport`: MoQT direct on qh3 moves 3x what aioquic do
 1350-byte packets and 2x at 16 KiB."""
 
 MiB = 1 << 20
+DATAGRAM_SIZES = range(1200, 65528)
+"""QUIC packet sizes a stack may be set to: RFC 9000 §14 asks for 1200 bytes at least, and a
+UDP payload holds 65527 at most."""
 
 # Linux lets CAP_NET_ADMIN raise a socket buffer above net.core.[rw]mem_max;
 # Python's socket module has no names for these options.
@@ -105,8 +108,9 @@ class QuicSettings:
             raise QuicSettingsError(
                 f"unknown QUIC backend {self.backend!r}; choose from {BACKENDS}"
             )
-        if not 1200 <= self.max_datagram_size <= 65527:
-            raise QuicSettingsError("max_datagram_size must be 1200..65527 (RFC 9000 §14)")
+        if self.max_datagram_size not in DATAGRAM_SIZES:
+            sizes = f"{DATAGRAM_SIZES.start}..{DATAGRAM_SIZES.stop - 1}"
+            raise QuicSettingsError(f"max_datagram_size must be {sizes} (RFC 9000 §14)")
         for name in ("max_data", "max_stream_data", "socket_buffer", "max_send_backlog"):
             if getattr(self, name) <= 0:
                 raise QuicSettingsError(f"{name} must be positive")
