@@ -24,7 +24,11 @@ from sidecar.models.corpus import pydoc_token_ids
 from sidecar.models.kv import extract_kv, kv_layout
 from sidecar.models.smollm2 import load_model
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE, QuicSettings
+from sidecar.moqt.aio.quic_backend import (
+    LOOPBACK_DATAGRAM_SIZE,
+    QuicSettings,
+    fastest_sidecar_backend,
+)
 from sidecar.transfer.publisher import KVPublisher
 
 MODEL_NAME = "SmolLM2-135M"
@@ -45,7 +49,11 @@ async def serve(args: argparse.Namespace) -> None:
         tracks=CODEC_NAMES,
         default_track=args.default_track,
     )
-    settings = QuicSettings(ca_file=Path(args.ca), max_datagram_size=args.max_datagram_size)
+    settings = QuicSettings(
+        backend=fastest_sidecar_backend(),  # it stands in for a prefill node's sidecar
+        ca_file=Path(args.ca),
+        max_datagram_size=args.max_datagram_size,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
