@@ -31,8 +31,9 @@ import torch
 
 from bench.harness import LoadMismatch
 from bench.parallel_load import MODEL
+from sidecar import log
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.quic_backend import QuicSettings, fastest_sidecar_backend
 from sidecar.transfer.subscriber import KVSubscriber
 
 LOAD_DEADLINE_S = 300.0
@@ -82,7 +83,11 @@ async def load_digest(
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    settings = QuicSettings(ca_file=Path(args.ca), max_datagram_size=args.max_datagram_size)
+    settings = QuicSettings(
+        backend=fastest_sidecar_backend(),  # the decoders stand in for sidecars
+        ca_file=Path(args.ca),
+        max_datagram_size=args.max_datagram_size,
+    )
     loop = asyncio.get_running_loop()
     async with AsyncExitStack() as stack:
         urls, prompts = args.urls.split(","), [int(p) for p in args.prompts.split(",")]
@@ -185,7 +190,9 @@ def main() -> None:
     parser.add_argument("--prompts", required=True, help="per session, see token_ids")
     parser.add_argument("--track", required=True)
     parser.add_argument("--max-datagram-size", type=int, required=True)
-    transport.run(_serve(parser.parse_args()))
+    args = parser.parse_args()
+    log.configure()  # to stderr: stdout carries the protocol's JSON lines
+    transport.run(_serve(args))
 
 
 if __name__ == "__main__":
