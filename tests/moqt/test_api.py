@@ -367,6 +367,39 @@ def test_namespace_announcement_is_accepted(settings: QuicSettings, cert: Certif
     run(main)
 
 
+@pytest.mark.parametrize("backend", STACKS)
+def test_requests_on_a_connection_the_peer_closed_end_with_the_session(
+    backend: str, cert: CertificatePaths
+) -> None:
+    """Between the peer's CONNECTION_CLOSE and the end of QUIC's draining period the session
+    still looks open; a request made then is SessionGone (a ConnectionError, which callers
+    handle), not the stack's own error (qh3 raised QuicConnectionError, and a sidecar's
+    Publish failed with it) nor a wait for an answer that cannot come."""
+    settings = QuicSettings.loopback(backend=backend, ca_file=cert.cert)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with (
+            publisher_server(settings, cert, api.Publisher()) as (url, sessions),
+            api.connect(url, settings) as session,
+        ):
+            sessions[0].connection.close(reason="going away")
+            while not session.connection.closing:
+                await asyncio.sleep(0.01)
+            assert not session.closed  # still draining
+            requests = (
+                lambda: session.subscribe(TRACK),
+                lambda: session.fetch(TRACK, Location(0, 0), 0),
+                lambda: session.track_status(TRACK),
+                lambda: session.publish_namespace(NAMESPACE),
+                lambda: session.subscribe_namespace(NAMESPACE[:2]),
+            )
+            for request in requests:
+                with pytest.raises(api.SessionGone):
+                    await request()
+
+    run(main)
+
+
 class OnDemand(api.Publisher):
     """Makes a track the first time a peer asks for it, once the test lets it: a publisher
     whose tracks take work to produce (as KVPublisher's do)."""

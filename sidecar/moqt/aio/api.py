@@ -51,6 +51,7 @@ from sidecar.moqt.protocol.model import (
     TrackObject,
     has_prefix,
 )
+from sidecar.moqt.protocol.session import MoqtSession
 from sidecar.moqt.relay.core import Relay, RelayLimits, Track
 from sidecar.moqt.relay.link import ConnectionLink
 
@@ -493,7 +494,7 @@ class Session:
             filt = SubscriptionFilter(FilterType.ABSOLUTE_START, start)
         else:
             filt = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, start, end_group)
-        request_id = self.connection.moqt.subscribe(track, filter=filt)
+        request_id = self._open().subscribe(track, filter=filt)
         subscription = self._subscriptions[request_id] = Subscription(self, request_id, track)
         reply = await self._await_reply(request_id, self._subscriptions)
         subscription.largest = reply.largest
@@ -508,14 +509,14 @@ class Session:
     ) -> FetchStream:
         """Fetch what the publisher holds from `start` to (end_group, end_object) inclusive."""
         target = StandaloneFetch(track, start, end_group, end_object)
-        request_id = self.connection.moqt.fetch(target)
+        request_id = self._open().fetch(target)
         fetch = self._fetches[request_id] = FetchStream(self, request_id)
         reply = await self._await_reply(request_id, self._fetches)
         fetch.end_location = reply.end
         return fetch
 
     async def track_status(self, track: FullTrackName) -> TrackStatus:
-        request_id = self.connection.moqt.track_status(track)
+        request_id = self._open().track_status(track)
         reply = await self._await_reply(request_id)
         return TrackStatus(reply.largest)
 
@@ -524,7 +525,7 @@ class Session:
         Done already if the publisher told the peer of it (it followed a prefix of it)."""
         if namespace in self._peer.announced:
             return
-        request_id = self.connection.moqt.publish_namespace(namespace)
+        request_id = self._open().publish_namespace(namespace)
         self._peer.announced.add(namespace)
         try:
             await self._await_reply(request_id)
@@ -544,7 +545,7 @@ class Session:
         """Hear of every namespace published under `prefix` (a relay's publishers), and of
         its withdrawal, until `unsubscribe`. Announcements that come before the peer's OK
         are kept, so none is missed."""
-        request_id = self.connection.moqt.subscribe_namespace(prefix)
+        request_id = self._open().subscribe_namespace(prefix)
         subscription = NamespaceSubscription(self, request_id, prefix)
         for namespace in self._peer_namespaces:  # announced before we asked (moq-rs)
             if subscription.covers(namespace):
@@ -578,6 +579,15 @@ class Session:
         )
         if registry.get(request.request_id) is request:
             del registry[request.request_id]
+
+    def _open(self) -> MoqtSession:
+        """The protocol session, for a new request; SessionGone once either side has closed
+        the connection. The session itself hears of the end only after QUIC's draining
+        period (a second or two), and meanwhile qh3 raises on every write and aioquic drops
+        them: a Publish then failed with qh3's own error instead of the session's end."""
+        if self.connection.closing:
+            raise SessionGone("session closed: the connection is closing")
+        return self.connection.moqt
 
     async def _await_reply(self, request_id: int, registry: dict[int, Any] | None = None) -> Any:
         """The peer's *_OK message; RequestRefused on *_ERROR, SessionGone if it closes."""
