@@ -73,7 +73,7 @@ def _bench(job: Job) -> int:
     from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.services import start_prefill, start_relay
     from sidecar.moqt.aio import transport
-    from sidecar.moqt.aio.quic_backend import fastest_sidecar_backend
+    from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.moqt.aio.tls import write_certificate
 
     console = harness.console()
@@ -89,7 +89,7 @@ def _bench(job: Job) -> int:
             )
             report = transport.run(_decode(job, url, cert.cert, console))
             report["relay_backend"] = relay.backend
-            report["node_backend"] = fastest_sidecar_backend()
+            report["node_backend"] = QuicSettings.sidecar_like().backend
     except (ChildFailed, netns.NamespaceError, ConnectionError, OSError, TimeoutError) as failure:
         console.print(f"[red]kvmoq bench e2e failed:[/red] {type(failure).__name__}: {failure}")
         return 1
@@ -151,12 +151,10 @@ def _loopback_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 async def _subscriber(url: str, ca: Path, datagram_size: int) -> AsyncIterator[KVSubscriber]:
     """A decode node's session to the relay: a fresh QUIC connection each time."""
     from sidecar.moqt.aio import api
-    from sidecar.moqt.aio.quic_backend import QuicSettings, fastest_sidecar_backend
+    from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.transfer.subscriber import KVSubscriber
 
-    # The decode node stands in for a sidecar: the stack a sidecar here would run.
-    backend = fastest_sidecar_backend()
-    settings = QuicSettings(backend=backend, ca_file=ca, max_datagram_size=datagram_size)
+    settings = QuicSettings.sidecar_like(ca_file=ca, max_datagram_size=datagram_size)
     async with api.connect(url, settings) as session:
         yield KVSubscriber(session)
 

@@ -159,7 +159,7 @@ def measured_relay(
 async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict[str, Any]:
     from sidecar.kvcache.layout import KVLayout
     from sidecar.moqt.aio import api
-    from sidecar.moqt.aio.quic_backend import QuicSettings, fastest_sidecar_backend
+    from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.transfer.publisher import KVPublisher
     from sidecar.transfer.subscriber import KVSubscriber
 
@@ -170,11 +170,7 @@ async def _measure(job: Job, children: Children, cert: CertificatePaths) -> dict
     edges = [
         measured_relay(children, cert, f"edge {i + 1}", size, *upstream) for i in range(job.edges)
     ]
-    settings = QuicSettings(
-        backend=fastest_sidecar_backend(),  # the publisher stands in for a sidecar
-        ca_file=cert.cert,
-        max_datagram_size=job.datagram_size,
-    )
+    settings = QuicSettings.sidecar_like(ca_file=cert.cert, max_datagram_size=job.datagram_size)
     layout = KVLayout(LAYERS, KV_HEADS, HEAD_DIM, "float16")
     print(
         f"one relay, and a root with {job.edges} edge(s), on {single.backend}; publisher and "

@@ -33,7 +33,7 @@ from bench.harness import LoadMismatch
 from bench.parallel_load import MODEL
 from sidecar import log
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import QuicSettings, fastest_sidecar_backend
+from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.subscriber import KVSubscriber
 
 LOAD_DEADLINE_S = 300.0
@@ -83,10 +83,8 @@ async def load_digest(
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    settings = QuicSettings(
-        backend=fastest_sidecar_backend(),  # the decoders stand in for sidecars
-        ca_file=Path(args.ca),
-        max_datagram_size=args.max_datagram_size,
+    settings = QuicSettings.sidecar_like(
+        ca_file=Path(args.ca), max_datagram_size=args.max_datagram_size
     )
     loop = asyncio.get_running_loop()
     async with AsyncExitStack() as stack:

@@ -24,11 +24,7 @@ from sidecar.models.corpus import pydoc_token_ids
 from sidecar.models.kv import extract_kv, kv_layout
 from sidecar.models.smollm2 import load_model
 from sidecar.moqt.aio import api, transport
-from sidecar.moqt.aio.quic_backend import (
-    LOOPBACK_DATAGRAM_SIZE,
-    QuicSettings,
-    fastest_sidecar_backend,
-)
+from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE, QuicSettings
 from sidecar.transfer.publisher import KVPublisher
 
 MODEL_NAME = "SmolLM2-135M"
@@ -49,10 +45,8 @@ async def serve(args: argparse.Namespace) -> None:
         tracks=CODEC_NAMES,
         default_track=args.default_track,
     )
-    settings = QuicSettings(
-        backend=fastest_sidecar_backend(),  # it stands in for a prefill node's sidecar
-        ca_file=Path(args.ca),
-        max_datagram_size=args.max_datagram_size,
+    settings = QuicSettings.sidecar_like(
+        ca_file=Path(args.ca), max_datagram_size=args.max_datagram_size
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

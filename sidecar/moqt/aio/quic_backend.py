@@ -124,6 +124,13 @@ class QuicSettings:
         """Settings for peers on one host or a jumbo-frame LAN."""
         return cls(max_datagram_size=LOOPBACK_DATAGRAM_SIZE, **overrides)
 
+    @classmethod
+    def sidecar_like(cls, **overrides: Any) -> QuicSettings:
+        """Settings for a process that stands in for a sidecar (the demo's prefill node, the
+        benches' publishers and decoders): the stack a sidecar here runs by default, so
+        their figures are a sidecar's."""
+        return cls(backend=fastest_sidecar_backend(), **overrides)
+
 
 @dataclass(frozen=True, slots=True)
 class QuicBackend:
