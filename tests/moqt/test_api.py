@@ -374,14 +374,18 @@ def test_requests_on_a_connection_the_peer_closed_end_with_the_session(
     """Between the peer's CONNECTION_CLOSE and the end of QUIC's draining period the session
     still looks open; a request made then is SessionGone (a ConnectionError, which callers
     handle), not the stack's own error (qh3 raised QuicConnectionError, and a sidecar's
-    Publish failed with it) nor a wait for an answer that cannot come."""
+    Publish failed with it) nor a wait for an answer that cannot come; ending a request
+    then only forgets it."""
     settings = QuicSettings.loopback(backend=backend, ca_file=cert.cert)  # type: ignore[arg-type]
 
     async def main() -> None:
+        publisher = api.Publisher()
+        publisher.track(NAMESPACE, b"int8")
         async with (
-            publisher_server(settings, cert, api.Publisher()) as (url, sessions),
+            publisher_server(settings, cert, publisher) as (url, sessions),
             api.connect(url, settings) as session,
         ):
+            subscription = await session.subscribe(TRACK)
             sessions[0].connection.close(reason="going away")
             while not session.connection.closing:
                 await asyncio.sleep(0.01)
@@ -396,6 +400,7 @@ def test_requests_on_a_connection_the_peer_closed_end_with_the_session(
             for request in requests:
                 with pytest.raises(api.SessionGone):
                     await request()
+            await subscription.unsubscribe()  # nothing to tell the peer: no error either
 
     run(main)
 

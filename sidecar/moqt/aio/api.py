@@ -556,7 +556,11 @@ class Session:
 
     def cancel(self, request: Subscription | FetchStream | NamespaceSubscription) -> None:
         """Tell the peer to stop serving ``request`` (UNSUBSCRIBE, FETCH_CANCEL,
-        UNSUBSCRIBE_NAMESPACE) and forget it; what its queue holds can still be read."""
+        UNSUBSCRIBE_NAMESPACE) and forget it; what its queue holds can still be read. On a
+        closing connection there is no one to tell (and qh3 raises on the write): forget it."""
+        if self.connection.closing:
+            self.forget(request)
+            return
         moqt = self.connection.moqt
         if isinstance(request, Subscription):
             moqt.unsubscribe(request.request_id)
@@ -603,7 +607,7 @@ class Session:
             # Timed out or given up: withdraw the request, or a late answer would open a
             # subscription nobody reads, and its track could not be asked for again.
             request = None if registry is None else registry.get(request_id)
-            if request is not None and not self.connection.moqt.closed:
+            if request is not None:
                 self.cancel(request)
             raise
         finally:
