@@ -238,6 +238,16 @@ OPTIONS: tuple[Option, ...] = (
         "transport measures at 3x aioquic for 1350-byte packets and 2x for 16 KiB",
     ),
     Option("shm_roots", _paths, "/dev/shm", "DIRS", "where shared-memory handles may point"),
+    Option(
+        "codec_threads",
+        _positive(int),
+        "1",
+        "N",
+        "torch threads that encode and decode chunks: the model server beside the sidecar "
+        "keeps the cores busy, and a chunk's tensor ops split over threads that wait on each "
+        "other wait for its compute too (beside vLLM on 2 cores, 2 threads nearly doubled a "
+        "load's time); more only on a node with idle cores",
+    ),
 )
 
 
@@ -266,6 +276,7 @@ class SidecarConfig:
     max_datagram_size: int
     quic_backend: BackendName
     shm_roots: tuple[Path, ...]
+    codec_threads: int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ import signal
 from collections.abc import Callable
 
 import grpc
+import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import OVERALL_HEALTH
 from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE
@@ -61,6 +62,7 @@ async def run_sidecar(
     on_serving: Callable[[dict[str, str]], None],
 ) -> None:
     """Serve until SIGTERM/SIGINT, then drain. `on_serving` gets the bound addresses."""
+    torch.set_num_threads(config.codec_threads)
     metrics = Metrics()
     health = health_aio.HealthServicer()
     settings = QuicSettings(

@@ -55,6 +55,14 @@ def test_errors_name_the_source_to_fix(tmp_path: Path) -> None:
         config(["--config", str(file)])
 
 
+def test_codecs_run_on_one_torch_thread_unless_told() -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    assert config(base).codec_threads == 1
+    assert config(base, {"KVMOQ_CODEC_THREADS": "4"}).codec_threads == 4
+    with pytest.raises(ConfigError, match="--codec-threads: must be positive"):
+        config([*base, "--codec-threads", "0"])
+
+
 def test_the_kv_api_on_the_probe_port_and_the_token_file_are_opt_in(tmp_path: Path) -> None:
     base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
     got = config(base)
