@@ -9,8 +9,9 @@ own a session and write their share into a shared-memory destination (N interpre
 each N of `--connections` and each track of `--tracks`.
 
 Setup: synthetic KV with SmolLM2-135M's layout (30 layers, 3 KV heads, head dim 64, fp16:
-23 040 bytes a token), published by this process through a `kvmoq relay` process (aioquic,
-16 KiB datagrams). Every track is loaded once before the timed loads, so the relay's cache
+23 040 bytes a token), published by this process through a `kvmoq relay` process (16 KiB
+datagrams, on the fastest stack installed for them); the publisher and the loaders run the
+stack a sidecar runs (`QuicSettings.sidecar_like`). Every track is loaded once before the timed loads, so the relay's cache
 serves them (the publisher is off the path), and every session and worker is connected
 before the clock starts, as a sidecar keeps them. A load's seconds run from the call (the
 prompt's lookup included) to its last chunk written into the destination, one buffer in
@@ -128,9 +129,10 @@ def run(args: argparse.Namespace) -> int:
     tokens, tracks, connections = _job(args)
 
     async def measure(children: Children, cert: CertificatePaths) -> dict[str, Any]:
-        print(f"relay on loopback; {tokens}-token prompt, tracks {', '.join(tracks)}")
-        url = start_relay(children, cert).url
-        return await _measure(url, cert.cert, tokens, tracks, connections, args.repeat)
+        relay = start_relay(children, cert)
+        print(f"relay on {relay.backend}; {tokens}-token prompt, tracks {', '.join(tracks)}")
+        report = await _measure(relay.url, cert.cert, tokens, tracks, connections, args.repeat)
+        return report | {"relay_backend": relay.backend}
 
     report = measured("parallel", measure, (WorkerFailed, LoadMismatch))
     if report is None:
@@ -159,13 +161,13 @@ async def _measure(
 ) -> dict[str, Any]:
     from sidecar.kvcache.layout import KVLayout
     from sidecar.moqt.aio import api
-    from sidecar.moqt.aio.quic_backend import QuicSettings
+    from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE, QuicSettings
     from sidecar.transfer.parallel import LoadWorkers, load_parallel, shared_destination
     from sidecar.transfer.publisher import KVPublisher
     from sidecar.transfer.subscriber import KVSubscriber
 
     layout = KVLayout(LAYERS, KV_HEADS, HEAD_DIM, "float16")
-    settings = QuicSettings.loopback(ca_file=ca)
+    settings = QuicSettings.sidecar_like(ca_file=ca, max_datagram_size=LOOPBACK_DATAGRAM_SIZE)
     token_ids = list(range(1, tokens + 1))
     async with AsyncExitStack() as stack:
 
@@ -227,6 +229,7 @@ async def _measure(
         "tokens": tokens,
         "repeat": repeat,
         "worker_start_s": worker_start_s,
+        "loader_backend": settings.backend,
         "tracks": figures,
     }
 
@@ -312,7 +315,7 @@ def _goals(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _show(report: dict[str, Any]) -> None:
     print(
         f"\n{report['layout']}, {report['tokens']} tokens, through a relay on "
-        f"loopback; fastest of {report['repeat']} round(s); {report['cpus']} CPUs, load "
+        f"loopback ({report['relay_backend']}; loaders on {report['loader_backend']}); fastest of {report['repeat']} round(s); {report['cpus']} CPUs, load "
         f"average {report['load_average_at_start']:.1f} at the start"
     )
     print(
