@@ -31,7 +31,7 @@ import torch
 
 from bench.harness import LoadMismatch
 from bench.parallel_load import MODEL
-from sidecar import log
+from sidecar import codec_process, log
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.subscriber import KVSubscriber
@@ -190,6 +190,7 @@ def main() -> None:
     parser.add_argument("--max-datagram-size", type=int, required=True)
     args = parser.parse_args()
     log.configure()  # to stderr: stdout carries the protocol's JSON lines
+    codec_process.set_up()  # as a sidecar decodes
     transport.run(_serve(args))
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sidecar.address import Address, parse_address
+from sidecar.codec_process import DEFAULT_CODEC_THREADS
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.signing import CatalogSigner, CatalogTrust
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS, parse_codec_names
@@ -241,7 +242,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "codec_threads",
         _positive(int),
-        "1",
+        str(DEFAULT_CODEC_THREADS),
         "N",
         "torch threads that encode and decode chunks: the model server beside the sidecar "
         "keeps the cores busy, and a chunk's tensor ops split over threads that wait on each "

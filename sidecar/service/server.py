@@ -22,7 +22,6 @@ import signal
 from collections.abc import Callable
 
 import grpc
-import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import OVERALL_HEALTH
 from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE
@@ -30,6 +29,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from kvmoq_client.v1 import kv_cache_pb2_grpc as pb_grpc
 
+from sidecar import codec_process
 from sidecar.address import format_address
 from sidecar.kvcache.signing import TRUST_THE_RELAY
 from sidecar.log import get_logger
@@ -62,7 +62,7 @@ async def run_sidecar(
     on_serving: Callable[[dict[str, str]], None],
 ) -> None:
     """Serve until SIGTERM/SIGINT, then drain. `on_serving` gets the bound addresses."""
-    torch.set_num_threads(config.codec_threads)
+    codec_process.set_up(config.codec_threads)
     metrics = Metrics()
     health = health_aio.HealthServicer()
     settings = QuicSettings(

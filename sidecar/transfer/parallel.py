@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from sidecar import codec_process
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.naming import PromptName
 from sidecar.moqt.aio import api, transport
@@ -352,8 +353,7 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, required=True)
     parser.add_argument("--shm-root", type=Path, action="append", required=True)
     args = parser.parse_args()
-    # N workers already share the cores; torch's intra-op threads would oversubscribe them.
-    torch.set_num_threads(1)
+    codec_process.set_up()  # one thread: N workers already share the cores
     transport.run(_serve(args))
 
 

@@ -1,0 +1,55 @@
+"""How a process that encodes and decodes chunks is set up: torch's threads and the allocator.
+
+Threads: the sidecar shares its node with a model server that keeps the cores busy, and a
+chunk's tensor ops split over threads that wait on each other at every op then wait for the
+model's compute too. Beside vLLM on 2 cores a 4096-token fp16 load took 1.28 s on torch's
+default 2 threads and 0.65 s on one (docs/benchmarks.md, vLLM).
+
+Allocator: a chunk's tensors are a few MB each, a dozen per chunk, all freed once the chunk is
+written. glibc's malloc serves such blocks with fresh mappings (its mmap threshold starts at
+128 KiB) and hands the top of its heap back to the kernel once twice that threshold is free,
+so a chunk could pay for the kernel mapping and zeroing its pages again: decoding the 32
+chunks of a 4096-token prompt one after the other on one thread, fp16 went from about
+1000 MB/s to 4500 and fp8 from 310-400 to 620-650 with the blocks kept (the other fixed-width
+tracks, whose arithmetic weighs more, within the noise). Fixed thresholds keep up to `TRIM_THRESHOLD`
+bytes free per malloc arena for the next chunk; blocks over `MMAP_THRESHOLD` (a published
+prompt's KV) still get mappings of their own and go back to the kernel when freed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+DEFAULT_CODEC_THREADS = 1
+MMAP_THRESHOLD = 32 << 20
+"""glibc's largest allowed mmap threshold on 64-bit systems (HEAP_MAX_SIZE / 2)."""
+TRIM_THRESHOLD = 256 << 20
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+"""`mallopt` parameters, from glibc's malloc.h."""
+
+
+def glibc() -> bool:
+    """Whether this process's C library is glibc, whose malloc `keep_freed_blocks` tunes."""
+    return hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
+
+
+def keep_freed_blocks() -> bool:
+    """Set glibc's thresholds (above); False where the C library is not glibc."""
+    if not glibc():
+        return False
+    libc = ctypes.CDLL(None)
+    return all(
+        libc.mallopt(parameter, value) == 1
+        for parameter, value in (
+            (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        )
+    )
+
+
+def set_up(threads: int = DEFAULT_CODEC_THREADS) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    keep_freed_blocks()

@@ -1,0 +1,54 @@
+"""A codec process keeps freed chunk-sized blocks: decoding chunk after chunk faults no pages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sidecar.codec_process import glibc
+
+DECODES = 20
+CHILD = """
+import json, resource, sys, torch
+from sidecar import codec_process
+from sidecar.kvcache.codecs import get_codec
+from sidecar.kvcache.layout import KVLayout
+
+if sys.argv[1] == "set-up":
+    codec_process.set_up()
+else:
+    torch.set_num_threads(1)
+layout = KVLayout(30, 3, 64, "float16")  # SmolLM2-135M: 128 tokens are 2.9 MB of fp16
+codec = get_codec(sys.argv[2])
+payloads = codec.encode(torch.randn(layout.shape(128)).to(torch.float16), layout)
+codec.decode(payloads, layout)  # the first chunk may fault its blocks in
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(int(sys.argv[3])):
+    codec.decode(payloads, layout)
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before))
+"""
+
+
+def page_faults(setting: str, codec: str) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, setting, codec, str(DECODES)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return int(json.loads(done.stdout))
+
+
+@pytest.mark.skipif(not glibc(), reason="tunes glibc's malloc")
+@pytest.mark.parametrize("codec", ["fp8", "int4"])
+def test_decoding_chunk_after_chunk_reuses_the_blocks_it_freed(codec: str) -> None:
+    kept = page_faults("set-up", codec)
+    returned = page_faults("default", codec)
+    # glibc's defaults give a decode's float32 blocks (5.9 MB each) back to the kernel and
+    # fault them in again: more than a chunk's worth of pages per decode.
+    assert returned > DECODES * 128 * 23040 // 4096, returned
+    assert kept * 5 < returned, (kept, returned)
