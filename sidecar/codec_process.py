@@ -9,9 +9,11 @@ Allocator: a chunk's tensors are a few MB each, a dozen per chunk, all freed onc
 written. glibc's malloc serves such blocks with fresh mappings (its mmap threshold starts at
 128 KiB) and hands the top of its heap back to the kernel once twice that threshold is free,
 so a chunk could pay for the kernel mapping and zeroing its pages again: decoding the 32
-chunks of a 4096-token prompt one after the other on one thread, fp16 went from about
-1000 MB/s to 4500 and fp8 from 310-400 to 620-650 with the blocks kept (the other fixed-width
-tracks, whose arithmetic weighs more, within the noise). Fixed thresholds keep up to `TRIM_THRESHOLD`
+chunks of a 4096-token prompt one after the other on one thread, each freed once decoded as a
+sidecar frees it once written, fp16 went from about 1000 MB/s to 4500 and fp8 from 310-400 to
+620-650 with the blocks kept (the other fixed-width tracks, whose arithmetic weighs more,
+within the noise; `kvmoq bench codec`, which keeps every decoded chunk to join them, sees
+none of it). Fixed thresholds keep up to `TRIM_THRESHOLD`
 bytes free per malloc arena for the next chunk; blocks over `MMAP_THRESHOLD` (a published
 prompt's KV) still get mappings of their own and go back to the kernel when freed.
 """
