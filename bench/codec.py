@@ -13,8 +13,9 @@ wait for the whole prefill). Per compression:
   perplexity, KL and top-1 agreement against the uncompressed fp32 KV. The worst text and
   place is what a compression is judged by;
 * speed: fp16 megabytes (10^6 bytes) of KV per second through fitting the tables plus
-  encoding (both are a publisher's work per prompt) and through decoding, on ONE CPU
-  thread, so figures compare across machines and do not depend on what else runs; the
+  encoding (both are a publisher's work per prompt) and through decoding chunk by chunk
+  into one buffer, as a sidecar writes a load (and with its allocator settings,
+  `sidecar.codec_process`), on ONE CPU thread, so figures compare across machines and do not depend on what else runs; the
   fastest of `--repeats` passes counts.
 
 The baseline measured in the same run is CacheGen as LMCache ships it
@@ -260,18 +261,28 @@ def measure(
     def encode(source: torch.Tensor, tables: bytes | None) -> list[list[bytes]]:
         return [compression.encode(part, tables) for part in iter_chunks(source, layout, chunk)]
 
-    def decode(encoded: list[list[bytes]], tables: bytes | None) -> torch.Tensor:
-        return torch.cat([compression.decode(part, tables) for part in encoded], dim=2)
+    def decode(encoded: list[list[bytes]], tables: bytes | None, out: torch.Tensor) -> None:
+        """Chunk by chunk into `out`, each chunk freed once written, as a sidecar writes
+        chunks into a model server's buffers (joining them all at the end kept every
+        decoded chunk alive and timed a copy of the whole prompt besides)."""
+        start = 0
+        for part in encoded:
+            chunk = compression.decode(part, tables)
+            out[:, :, start : start + chunk.shape[2]] = chunk
+            start += chunk.shape[2]
+        if start != out.shape[2]:
+            raise RuntimeError(f"{compression.name} decoded {start} tokens, not {out.shape[2]}")
 
     def roundtrip(context: torch.Tensor) -> torch.Tensor:
         context = context.to(layout.torch_dtype)
         own_tables = compression.fit(context[:, :, :fit_tokens])
-        return decode(encode(context, own_tables), own_tables)
+        decoded = torch.empty_like(context)
+        decode(encode(context, own_tables), own_tables, decoded)
+        return decoded
 
     encoded, encode_s = fastest(args.repeats, lambda: encode(kv, tables))
-    decoded, decode_s = fastest(args.repeats, lambda: decode(encoded, tables))
-    if decoded.shape != kv.shape:
-        raise RuntimeError(f"{compression.name} decoded {tuple(decoded.shape)}, not {kv.shape}")
+    decoded = torch.empty_like(kv)
+    _, decode_s = fastest(args.repeats, lambda: decode(encoded, tables, decoded))
     quality = {
         text: {place.name: evaluate_at(roundtrip, text, place) for place in places(args)}
         for text in args.texts
