@@ -67,6 +67,19 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((packed & 0x0F, packed >> 4), dim=-1).flatten(-2)
 
 
+def integer_codes(codes: torch.Tensor, never: int) -> torch.Tensor:
+    """Integer `codes` as float32, NaN where a code is `never`: a code the encoder never
+    emits and the smallest the codes can hold (int8's -128), so their minimum shows it.
+
+    One min-reduction over the codes finds such a code; only a corrupt payload pays for the
+    compare-and-mask, which took longer than the rest of a decode.
+    """
+    values = codes.float()
+    if int(codes.min()) == never:
+        values.masked_fill_(codes == never, float("nan"))
+    return values
+
+
 def finite_cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Cast for the exact-cast formats; NaN, Inf and overflow all show up as non-finite."""
     cast = values.to(dtype)

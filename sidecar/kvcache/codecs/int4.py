@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .fixed import ElementFormat, FixedWidthCodec, pack_nibbles, unpack_nibbles
+from .fixed import ElementFormat, FixedWidthCodec, integer_codes, pack_nibbles, unpack_nibbles
 
 INT4_MAX = 7
 
@@ -20,13 +20,8 @@ def _quantize(values: torch.Tensor) -> torch.Tensor:
 
 
 def _dequantize(data: torch.Tensor) -> torch.Tensor:
-    nibbles = unpack_nibbles(data)
-    offset = nibbles.to(torch.int8) ^ 8  # the value + 8: 0 only for the nibble -8
-    values = offset.float().sub_(8.0)
-    # One reduction over the bytes finds a -8; only a corrupt payload pays for the mask.
-    if int(offset.min()) == 0:
-        values.masked_fill_(offset == 0, float("nan"))
-    return values
+    offset = unpack_nibbles(data).to(torch.int8) ^ 8  # the value + 8: 0 for the nibble -8
+    return integer_codes(offset, never=0).sub_(8.0)
 
 
 INT4 = FixedWidthCodec(

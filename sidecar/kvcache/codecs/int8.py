@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .fixed import ElementFormat, FixedWidthCodec
+from .fixed import ElementFormat, FixedWidthCodec, integer_codes
 
 INT8_MAX = 127
 
@@ -18,14 +18,9 @@ def _quantize(values: torch.Tensor) -> torch.Tensor:
     return values.round_().to(torch.int8).clamp_(-INT8_MAX, INT8_MAX).view(torch.uint8)
 
 
-def _dequantize(data: torch.Tensor) -> torch.Tensor:
-    codes = data.view(torch.int8)
-    values = codes.float()
-    # One reduction over the bytes finds a -128; only a corrupt payload pays for the mask
-    # (which took longer than the rest of the decode).
-    if int(codes.min()) == -128:
-        values.masked_fill_(codes == -128, float("nan"))
-    return values
-
-
-INT8 = FixedWidthCodec("int8", ElementFormat(8, float(INT8_MAX), _quantize, _dequantize))
+INT8 = FixedWidthCodec(
+    "int8",
+    ElementFormat(
+        8, float(INT8_MAX), _quantize, lambda data: integer_codes(data.view(torch.int8), -128)
+    ),
+)
