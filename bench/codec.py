@@ -15,8 +15,8 @@ wait for the whole prefill). Per compression:
 * speed: fp16 megabytes (10^6 bytes) of KV per second through fitting the tables plus
   encoding (both are a publisher's work per prompt) and through decoding chunk by chunk
   into one buffer, as a sidecar writes a load (and with its allocator settings,
-  `sidecar.codec_process`), on ONE CPU thread, so figures compare across machines and do not depend on what else runs; the
-  fastest of `--repeats` passes counts.
+  `sidecar.codec_process`), on ONE CPU thread, so figures compare across machines and do
+  not depend on what else runs; the fastest of `--repeats` passes counts.
 
 The baseline measured in the same run is CacheGen as LMCache ships it
 (bench/cachegen_baseline.py), in its own default chunks of 256 tokens, each shipping its

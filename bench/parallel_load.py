@@ -11,11 +11,11 @@ each N of `--connections` and each track of `--tracks`.
 Setup: synthetic KV with SmolLM2-135M's layout (30 layers, 3 KV heads, head dim 64, fp16:
 23 040 bytes a token), published by this process through a `kvmoq relay` process (16 KiB
 datagrams, on the fastest stack installed for them); the publisher and the loaders run the
-stack a sidecar runs (`QuicSettings.sidecar_like`). Every track is loaded once before the timed loads, so the relay's cache
-serves them (the publisher is off the path), and every session and worker is connected
-before the clock starts, as a sidecar keeps them. A load's seconds run from the call (the
-prompt's lookup included) to its last chunk written into the destination, one buffer in
-shared memory for every row. Each round times every row once, in turn, so a busy machine
+stack a sidecar runs (`QuicSettings.sidecar_like`). Every track is loaded once before the
+timed loads, so the relay's cache serves them (the publisher is off the path), and every
+session and worker is connected before the clock starts, as a sidecar keeps them. A load's
+seconds run from the call (the prompt's lookup included) to its last chunk written into the
+destination, one buffer in shared memory for every row. Each round times every row once, in turn, so a busy machine
 slows all rows alike; the fastest of `--repeat` rounds is kept, with the CPU time it took in
 the relay and in the loading side (this process and the workers; from /proc): cores busy
 near 1 in the relay mean the relay's one thread is the limit, and a spread load may finish
@@ -315,8 +315,9 @@ def _goals(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _show(report: dict[str, Any]) -> None:
     print(
         f"\n{report['layout']}, {report['tokens']} tokens, through a relay on "
-        f"loopback ({report['relay_backend']}; loaders on {report['loader_backend']}); fastest of {report['repeat']} round(s); {report['cpus']} CPUs, load "
-        f"average {report['load_average_at_start']:.1f} at the start"
+        f"loopback ({report['relay_backend']}; loaders on {report['loader_backend']}); "
+        f"fastest of {report['repeat']} round(s); {report['cpus']} CPUs, load average "
+        f"{report['load_average_at_start']:.1f} at the start"
     )
     print(
         f"{'track':6} {'way':10} {'conns':>5} {'seconds':>8} {'MB':>7} {'MB/s':>7} {'vs 1':>6}"

@@ -12,10 +12,9 @@ so a chunk could pay for the kernel mapping and zeroing its pages again: decodin
 chunks of a 4096-token prompt one after the other on one thread, each freed once decoded as a
 sidecar frees it once written, fp16 went from about 1000 MB/s to 4500 and fp8 from 310-400 to
 620-650 with the blocks kept (the other fixed-width tracks, whose arithmetic weighs more,
-within the noise; `kvmoq bench codec`, which keeps every decoded chunk to join them, sees
-none of it). Fixed thresholds keep up to `TRIM_THRESHOLD`
-bytes free per malloc arena for the next chunk; blocks over `MMAP_THRESHOLD` (a published
-prompt's KV) still get mappings of their own and go back to the kernel when freed.
+within the noise). Fixed thresholds keep up to `TRIM_THRESHOLD` bytes free per malloc arena
+for the next chunk; blocks over `MMAP_THRESHOLD` (a published prompt's KV) still get
+mappings of their own and go back to the kernel when freed.
 """
 
 from __future__ import annotations
