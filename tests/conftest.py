@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import torch
 from transformers import PreTrainedModel
 
 from sidecar.models import kv_store
@@ -29,6 +30,25 @@ PROMPT_TOKENS = 4096
 # and no second process polling beside the sidecars on 2 cores. Run by hand, the demo and
 # the bench keep vLLM's default, a separate engine-core process, as `vllm serve` runs.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+PHASE = os.environ.get("KVMOQ_TEST_PHASE")
+"""Set by scripts/test.sh: `shared` runs all but the `timing` tests (on several workers),
+`timing` only those (alone, so no other test takes their CPU); unset, everything runs."""
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One torch thread per worker: with two workers on two cores, torch's default of two
+    # threads each made them wait on each other at every op (model tests ran 3x slower).
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if PHASE is None:
+        return
+    wanted = PHASE == "timing"
+    keep = [item for item in items if (item.get_closest_marker("timing") is not None) == wanted]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,9 @@ import pytest
 
 from bench import netns
 
+# Measures a link's rate: scripts/test.sh runs it alone (see there).
+pytestmark = pytest.mark.timing
+
 needs_root = pytest.mark.skipif(
     netns.unavailable_reason() is not None, reason=str(netns.unavailable_reason())
 )

@@ -49,6 +49,9 @@ from tests.moqt.test_relay_harness import (
     send_groups,
 )
 
+# Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
+pytestmark = pytest.mark.timing
+
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-1")
 TRACK = FullTrackName(NAMESPACE, b"fp16")
 FROM_START = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))

@@ -27,6 +27,9 @@ from sidecar.moqt.protocol.events import MoqtEvent, SessionClosed, SubscribeRequ
 from sidecar.moqt.protocol.model import FullTrackName
 from tests.moqt.test_relay_harness import STACKS
 
+# Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
+pytestmark = pytest.mark.timing
+
 HOST = "127.0.0.1"
 
 

@@ -35,6 +35,9 @@ from tests.service.sidecar_proc import (
     wait_for,
 )
 
+# Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
+pytestmark = pytest.mark.timing
+
 MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
 TOKENS = list(range(500, 520))

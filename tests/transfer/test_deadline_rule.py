@@ -25,7 +25,8 @@ from sidecar.transfer.subscriber import KVSubscriber, LoadResult, StopReason
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
 from tests.transfer.kv_net import MODEL, lossy_link, run, synthetic_kv
 
-pytestmark = pytest.mark.slow
+# Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=64, dtype="float16")
 CHUNK = 128  # 262 KB a chunk on fp16, 0.26 s on the link

@@ -19,6 +19,9 @@ from sidecar.transfer.subscriber import KVSubscriber, StopReason
 from tests.moqt.test_relay_harness import running_relay
 from tests.transfer.kv_net import MODEL, lossy_link, run, synthetic_kv
 
+# Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
+pytestmark = pytest.mark.timing
+
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=64, dtype="float16")
 CHUNK = 128
 TOKENS = 512  # 1 MiB of fp16 KV, 0.5 MiB on int8
