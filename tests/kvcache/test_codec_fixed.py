@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
 from sidecar.kvcache.codecs.base import PAYLOAD_VERSION
 from sidecar.kvcache.codecs.fixed import FixedWidthCodec
+from sidecar.kvcache.codecs.fp4 import E2M1_VALUES, FP4
 from sidecar.kvcache.errors import PayloadError, TablesError, TensorError, UnknownCodecError
 from sidecar.kvcache.layout import KVLayout
 
@@ -281,6 +282,32 @@ def test_int4_scales_are_per_head_in_layer_kv_head_order() -> None:
     assert shrunk[1, 1, :, 0].abs().max() <= 7 * 2.0**-14 * 4
     shrunk[1, 1, :, 0] = whole[1, 1, :, 0]
     assert torch.equal(shrunk, whole)
+
+
+def test_fp4_rounds_every_value_to_the_nearest_e2m1_value_ties_away_from_zero() -> None:
+    """The encoder's table lookup against the definition: each midpoint between e2m1 values,
+    one float32 step either side of it, values past 6 as a rounded scale leaves them, and
+    random values over the whole range."""
+    grid = torch.tensor(E2M1_VALUES[:8], dtype=torch.float64)
+    midpoints = ((grid[1:] + grid[:-1]) / 2).float()
+    magnitudes = torch.cat(
+        (
+            midpoints,
+            torch.nextafter(midpoints, torch.tensor(0.0)),
+            torch.nextafter(midpoints, torch.tensor(7.0)),
+            grid.float(),
+            torch.tensor([6 * (1 + 2.0**-11), 1e-30, 2.0**-126]),
+            torch.rand(4000, generator=torch.Generator().manual_seed(5)) * 6,
+        )
+    )
+    values = torch.cat((magnitudes, -magnitudes))
+    distance = (values.double().abs().unsqueeze(1) - grid).abs()
+    # Nearest, and at a tie the larger magnitude: the last index of the smallest distance.
+    nearest = grid.numel() - 1 - distance.flip(1).argmin(dim=1)
+    expected = nearest.to(torch.uint8) | (torch.signbit(values).to(torch.uint8) << 3)
+    packed = FP4.element.quantize(values.view(1, -1).clone())
+    codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).flatten()
+    assert torch.equal(codes, expected)
 
 
 @pytest.mark.parametrize("name", SCALED)
