@@ -9,7 +9,7 @@ channels in ascending (layer, K|V, channel) order. Each model is constriction's
 Why this is fast without giving up per-token streams: the tables map thousands of channels
 onto about a hundred models, so a token costs one constriction call per model (each coding
 a hundred-odd symbols against a prebuilt model) instead of a probability table per symbol;
-the quantization and the channel reordering run on whole chunks in torch.
+the quantization and the channel reordering run on whole batches of tokens (torch, numpy).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class _Plan:
     """What encode and decode derive from a prompt's tables, built once per tables."""
 
     tables: ACTables
-    order: torch.Tensor
-    inverse: torch.Tensor
+    order: np.ndarray
+    inverse: np.ndarray
     segments: tuple[tuple[object, int, int], ...]
     top_symbol: torch.Tensor
     max_words: int
@@ -66,11 +66,11 @@ def _plan(layout: KVLayout, data: bytes) -> _Plan:
     segments = tuple(
         (models[m], bounds[m], bounds[m + 1]) for m in range(tables.num_models) if counts[m]
     )
-    top = (2 * centers(tables.bins)).to(torch.uint8).view(layout.num_layers, 2, 1)
+    top = (2 * centers(tables.bins)).to(torch.uint8).view(layout.num_layers, 2)
     return _Plan(
         tables=tables,
-        order=order,
-        inverse=torch.argsort(order),
+        order=order.numpy(),
+        inverse=torch.argsort(order).numpy(),
         segments=segments,
         top_symbol=top,
         max_words=2 + layout.elements_per_token * MAX_BITS_PER_SYMBOL // 32,
@@ -101,7 +101,7 @@ class ACCodec(Codec):
         plan = self.plan(layout, tables)
         num_tokens = kv.shape[2]
         symbols, maxima = quantize(token_major(kv, layout), plan.tables.bins.to(kv.device))
-        ordered = symbols.view(num_tokens, -1)[:, plan.order.to(kv.device)].cpu().numpy()
+        ordered = np.take(symbols.view(num_tokens, -1).cpu().numpy(), plan.order, axis=1)
         heads = torch.cat(
             (
                 torch.full((num_tokens, 1), PAYLOAD_VERSION, dtype=torch.uint8),
@@ -110,11 +110,14 @@ class ACCodec(Codec):
             dim=1,
         ).numpy()
         payloads = []
+        backwards = plan.segments[::-1]
         for head, row in zip(heads, ordered, strict=True):
             coder = constriction.stream.stack.AnsCoder()
-            for model, start, stop in reversed(plan.segments):
-                coder.encode_reverse(row[start:stop], model)
-            payloads.append(head.tobytes() + coder.get_compressed().astype("<u4").tobytes())
+            encode = coder.encode_reverse
+            for model, start, stop in backwards:
+                encode(row[start:stop], model)
+            words = coder.get_compressed().astype("<u4", copy=False)
+            payloads.append(head.tobytes() + words.tobytes())
         return payloads
 
     def decode(
@@ -140,9 +143,12 @@ class ACCodec(Codec):
                 raise PayloadError(f"ac payload {index} has an impossible length {len(payload)}")
             maxima[index * (head - 1) : (index + 1) * (head - 1)] = payload[1:head]
             self._decode_symbols(payload, head, plan, symbols[index], index)
-        values = torch.from_numpy(symbols)[:, plan.inverse].to(dst.device)
+        # numpy's take: 4x faster on CPU than torch's indexing by the same int64 tensor.
+        ordered = np.take(symbols, plan.inverse, axis=1)
+        values = torch.from_numpy(ordered).to(dst.device)
         values = values.view(num_tokens, layout.num_layers, 2, layout.channels)
-        if bool((values > plan.top_symbol.to(dst.device)).any()):
+        # Each row's largest symbol, then one compare per row: 4x faster than comparing all.
+        if bool((values.amax(dim=-1) > plan.top_symbol.to(dst.device)).any()):
             raise PayloadError("ac payload decodes to symbols outside its layer's bins")
         scales = torch.frombuffer(maxima, dtype=torch.float16)
         scales = scales.view(num_tokens, layout.num_layers, 2).to(dst.device)
@@ -156,11 +162,12 @@ class ACCodec(Codec):
         payload: bytes, head: int, plan: _Plan, row: np.ndarray, index: int
     ) -> None:
         try:
-            words = np.frombuffer(payload, dtype="<u4", offset=head).astype(np.uint32)
+            words = np.frombuffer(payload, "<u4", offset=head).astype(np.uint32, copy=False)
             coder = constriction.stream.stack.AnsCoder(words)
             decode = coder.decode  # bound once: ~100 calls per token are the decoder's cost
-            for model, start, stop in plan.segments:
-                row[start:stop] = decode(model, stop - start)
+            # Joined in one call: a slice assignment per model cost 10% of the decode.
+            symbols = [decode(model, stop - start) for model, start, stop in plan.segments]
+            np.concatenate(symbols, out=row, casting="unsafe")
         except ValueError as error:
             raise PayloadError(f"ac payload {index} is corrupt: {error}") from None
         if not coder.is_empty():
