@@ -259,19 +259,17 @@ def _show(console: Console, report: dict[str, Any], out: Path) -> None:
     for column in ("track", "wire MB", "vs fp16", "load s", "speedup", "KL", "top-1", "same text"):
         table.add_column(column, justify="right")
     for label, row in report["tracks"].items():
-        quality = (
-            (f"{row['kl']:.2e}", f"{row['top1']:.1%}")
-            if row["kl"] is not None
-            else (f"loaded {row['loaded_tokens']}", "-")
-        )
         used = "" if len(row["tracks_used"]) <= 1 else f" ({'+'.join(sorted(row['tracks_used']))})"
+        missing = report["tokens"] - row["loaded_tokens"]
+        computed = f" +{missing} computed" if missing > 0 else ""
         table.add_row(
-            label + used,
+            label + used + computed,
             f"{row['wire_bytes'] / 1e6:.1f}",
             f"{row['ratio_vs_fp16']:.1f}x" if row["ratio_vs_fp16"] else "-",
             f"{row['load_s']:.2f}",
             f"{row['speedup_vs_recompute']:.1f}x",
-            *quality,
+            f"{row['kl']:.2e}",
+            f"{row['top1']:.1%}",
             "yes" if row["same_text"] else "no",
         )
     console.print(table)

@@ -53,6 +53,8 @@ class TrackRun:
     generated: list[int]
     tracks_used: dict[str, int]
     stopped: str
+    compute_s: float = 0.0
+    """Seconds computing the prompt's tokens the load did not bring, before scoring."""
 
     def same_text(self, reference: Reference) -> bool:
         return self.generated == reference.generated
@@ -149,26 +151,42 @@ def judge(
     continuation: Sequence[int],
     reference: Reference,
 ) -> TrackRun:
-    """Quality of a loaded prompt, or no quality when it did not load whole."""
+    """Quality of a load into `kv` as its decode server sees it (`quality_after`)."""
     tracks = Counter(chunk.track for chunk in result.loaded)
     wire = sum(chunk.nbytes for chunk in result.loaded)
     loaded = result.prefix_tokens
-    if loaded < len(prompt):
-        return TrackRun(
-            label,
-            seconds,
-            wire,
-            loaded,
-            float("nan"),
-            float("nan"),
-            [],
-            dict(tracks),
-            result.stopped.value,
-        )
-    kl, top1, generated = score(model, kv, prompt, continuation, reference)
-    return TrackRun(
-        label, seconds, wire, loaded, kl, top1, generated, dict(tracks), result.stopped.value
+    kl, top1, generated, compute_s = quality_after(
+        model, kv, loaded, prompt, continuation, reference
     )
+    return TrackRun(
+        label,
+        seconds,
+        wire,
+        loaded,
+        kl,
+        top1,
+        generated,
+        dict(tracks),
+        result.stopped.value,
+        compute_s,
+    )
+
+
+def quality_after(
+    model: torch.nn.Module,
+    kv: torch.Tensor,
+    loaded: int,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    reference: Reference,
+) -> tuple[float, float, list[int], float]:
+    """KL, top-1 and greedy text after a load that wrote `kv`'s first `loaded` tokens, and
+    the seconds spent computing the rest of the prompt first, as a decode server does when a
+    deadline stopped the load (0 for a whole load)."""
+    if loaded >= len(prompt):
+        return (*score(model, kv, prompt, continuation, reference), 0.0)
+    head, compute_s = complete_prompt(model, kv[:, :, :loaded], prompt)
+    return (*score(model, head, prompt, continuation, reference), compute_s)
 
 
 def score(
@@ -232,17 +250,26 @@ def continue_prompt(
     model: torch.nn.Module, loaded: torch.Tensor, prompt: Sequence[int], steps: int
 ) -> tuple[list[int], float]:
     """What a decode server does after a load: compute the KV `loaded` (of `prompt`'s first
-    tokens, not its last) lacks, then generate `steps` tokens greedily; the tokens and the
-    seconds the computing took."""
-    reused = loaded.shape[2]
-    started = time.perf_counter()
+    tokens) lacks, then generate `steps` tokens greedily; the tokens and the seconds the
+    computing took."""
+    head, compute_s = complete_prompt(model, loaded, prompt)
+    return greedy(model, head, [prompt[-1]], steps), compute_s
+
+
+def complete_prompt(
+    model: torch.nn.Module, loaded: torch.Tensor, prompt: Sequence[int]
+) -> tuple[torch.Tensor, float]:
+    """The KV of all of `prompt` but its last token (which a decode server feeds to get the
+    first new one), from `loaded`, the KV of its first tokens: what is missing is computed.
+    Also the seconds that took."""
+    reused = min(loaded.shape[2], len(prompt) - 1)
     rest = prompt[reused:-1]
+    started = time.perf_counter()
     if reused == 0:
-        prefix_kv, _ = extract_kv(model, rest)
+        head, _ = extract_kv(model, rest)
     else:
-        prefix_kv = _extend(model, loaded, rest) if rest else loaded
-    compute_s = time.perf_counter() - started
-    return greedy(model, prefix_kv, [prompt[-1]], steps), compute_s
+        head = _extend(model, loaded[:, :, :reused], rest) if rest else loaded[:, :, :reused]
+    return head, time.perf_counter() - started
 
 
 @torch.inference_mode()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import signal
 import threading
 import time
@@ -41,8 +40,8 @@ from sidecar.demo.decode import (
     TrackRun,
     continue_prompt,
     finish_prefix,
+    quality_after,
     recompute,
-    score,
 )
 from sidecar.demo.steps import Progress, Steps, emit
 from sidecar.models.corpus import pydoc_token_ids
@@ -107,10 +106,8 @@ def judge_load(
 ) -> TrackRun:
     """A load as `sidecar.demo.decode.judge` sees one, from the sidecar's LoadFinished."""
     finished = loaded.finished
-    kl, top1, generated = (
-        score(model, loaded.kv, prompt, continuation, reference)
-        if finished.prefix_tokens >= len(prompt)
-        else (math.nan, math.nan, [])
+    kl, top1, generated, compute_s = quality_after(
+        model, loaded.kv, finished.prefix_tokens, prompt, continuation, reference
     )
     return TrackRun(
         label,
@@ -122,6 +119,7 @@ def judge_load(
         generated,
         dict(finished.track_bytes),
         pb.StopReason.Name(finished.stop_reason),
+        compute_s,
     )
 
 
@@ -186,9 +184,10 @@ def report(
                 "wire_bytes": run.wire_bytes,
                 "ratio_vs_fp16": fp16_bytes / run.wire_bytes if run.wire_bytes else None,
                 "loaded_tokens": run.loaded_tokens,
-                "speedup_vs_recompute": reference.seconds / run.load_s,
-                "kl": None if math.isnan(run.kl) else run.kl,
-                "top1": None if math.isnan(run.top1) else run.top1,
+                "compute_s": run.compute_s,
+                "speedup_vs_recompute": reference.seconds / (run.load_s + run.compute_s),
+                "kl": run.kl,
+                "top1": run.top1,
                 "same_text": run.same_text(reference),
                 "tracks_used": run.tracks_used,
                 "stopped": run.stopped,
