@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kvmoq_client.buffers import shared_memory_files
+from kvmoq_client.buffers import orphaned_shared_memory_files
 
 from tests.bench.bench_run import run_bench
 
@@ -14,7 +14,7 @@ TOKENS = 256
 
 @pytest.mark.slow
 def test_load_bench_verifies_every_load_and_reports_every_process(tmp_path: Path) -> None:
-    shared_before = shared_memory_files()
+    orphans_before = orphaned_shared_memory_files()
     run = run_bench(
         "load",
         tmp_path / "load.json",
@@ -48,4 +48,4 @@ def test_load_bench_verifies_every_load_and_reports_every_process(tmp_path: Path
     assert report["goals_met"] == all(goal["met"] for goal in goals.values())
     assert "goal publisher_memory" in result.stdout
     assert run.leftovers() == []
-    assert shared_memory_files() <= shared_before  # the model servers removed theirs
+    assert orphaned_shared_memory_files() <= orphans_before  # the model servers removed theirs

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kvmoq_client.buffers import orphaned_shared_memory_files
 
 from sidecar.tensors import HandleError, InvalidHandle, SharedMemoryHandle, open_handle
 from sidecar.tensors.geometry import MAX_DIMS, MAX_VIEW_BYTES
@@ -54,6 +55,19 @@ def test_both_processes_see_each_others_writes(
     assert _ask(exporter, "check 7") == "ok"
     assert _ask(exporter, "fill -2.5") == "done"
     assert bool((view == -2.5).all())
+
+
+def test_a_buffer_is_orphaned_only_once_its_process_died_without_closing_it(
+    exporter: subprocess.Popen[str], shm_dir: Path
+) -> None:
+    """What the leak checks of the vLLM and load-bench tests rely on, while other processes
+    create and drop buffers of their own in the same directory."""
+    assert exporter.stdout is not None
+    path = Path(shm_handle_from_json(exporter.stdout.readline()).path)
+    assert path.parent == shm_dir and orphaned_shared_memory_files(shm_dir) == set()
+    exporter.kill()
+    exporter.wait(timeout=10)
+    assert orphaned_shared_memory_files(shm_dir) == {path}
 
 
 def _file(directory: Path, nbytes: int = 4096) -> Path:

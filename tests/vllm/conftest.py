@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kvmoq_client.buffers import shared_memory_files
+from kvmoq_client.buffers import orphaned_shared_memory_files
 
 from sidecar.demo.children import Children
 from sidecar.demo.nodes import SidecarNode, start_sidecar
@@ -55,7 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if reason := unavailable_reason():
         pytest.skip(reason)
     scratch = tmp_path_factory.mktemp("vllm")
-    shared_before = shared_memory_files()
+    orphans_before = orphaned_shared_memory_files()
     with Children() as children:
         cert = write_certificate(scratch)
         relay = start_relay(children, cert)
@@ -66,4 +66,4 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield Stack(children, cert, scratch, relay, sidecar_p, sidecar_d, p, d)
         for engine in (p, d):
             engine.close()
-    assert shared_memory_files() <= shared_before, "an engine left its shared memory"
+    assert orphaned_shared_memory_files() <= orphans_before, "an engine left its shared memory"

@@ -27,10 +27,28 @@ DEFAULT_SHM_DIR = Path("/dev/shm")
 SHM_FILE_PREFIX = "kvmoq-"
 
 
-def shared_memory_files(directory: Path = DEFAULT_SHM_DIR) -> set[Path]:
-    """The buffer files of this library in `directory` that nobody removed (yet): a process
-    that ends without closing its buffers leaves its file behind."""
-    return set(directory.glob(f"{SHM_FILE_PREFIX}*"))
+def orphaned_shared_memory_files(directory: Path = DEFAULT_SHM_DIR) -> set[Path]:
+    """The buffer files of this library in `directory` that no process maps or has open:
+    what a process that ended without closing its buffers left behind.
+
+    Files are judged by their holders, not by when they appeared, so files that other
+    processes are using at the same time never count. A file is held from its creation on
+    (`mkstemp`'s descriptor stays open until the mapping exists) and loses its name before
+    its mapping (see `SharedMemoryFile.unlink`). Processes of other users whose /proc
+    entries cannot be read are not seen.
+    """
+    held: set[str] = set()
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            maps = (process / "maps").read_text()
+            descriptors = [os.readlink(fd) for fd in (process / "fd").iterdir()]
+        except OSError:  # it ended meanwhile, or it is not ours to read
+            continue
+        held.update(line.split(maxsplit=5)[-1] for line in maps.splitlines() if "/" in line)
+        held.update(descriptors)
+    return {path for path in directory.glob(f"{SHM_FILE_PREFIX}*") if str(path) not in held}
 
 
 DTYPES: dict[torch.dtype, tensor_handle_pb2.DType] = {
