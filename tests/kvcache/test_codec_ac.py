@@ -29,7 +29,7 @@ TINY_TABLES = ACTables(
     frequencies=torch.tensor([[16384, 32768, 16384], [8192, 49152, 8192]], dtype=torch.int32),
 )
 TABLES_VECTOR = "4b5641430100010001000400030204040000010100000101004000800040002000c00020"
-PAYLOAD_VECTOR = "02003c0040790280c602000000"
+PAYLOAD_VECTOR = "03003c0040790280c602000000"
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=8, dtype="float32")
 
 
@@ -62,7 +62,7 @@ def test_tables_vector() -> None:
 def test_payload_vector() -> None:
     tables = bytes.fromhex(TABLES_VECTOR)
     (payload,) = AC.encode(TINY_KV, TINY, tables)
-    assert payload[0] == PAYLOAD_VERSION == 2
+    assert payload[0] == PAYLOAD_VERSION == 3
     assert payload.hex() == PAYLOAD_VECTOR
     decoded = AC.decode([bytes.fromhex(PAYLOAD_VECTOR)], TINY, tables)
     # 4 bins: levels -m, 0, m; 0.5 is a tie and rounds to even (0), 0.4 rounds to 0.

@@ -15,12 +15,13 @@ from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
 from sidecar.kvcache.codecs.base import PAYLOAD_VERSION
 from sidecar.kvcache.codecs.fixed import FixedWidthCodec
 from sidecar.kvcache.codecs.fp4 import E2M1_VALUES, FP4
+from sidecar.kvcache.codecs.fp8 import E3M4_MAGNITUDES, FP8
 from sidecar.kvcache.errors import PayloadError, TablesError, TensorError, UnknownCodecError
 from sidecar.kvcache.layout import KVLayout
 
 FIXED = ("fp16", "bf16", "fp8", "int8", "fp4", "int4")
 SCALED = ("fp8", "int8", "fp4", "int4")
-QMAX = {"fp8": 448.0, "int8": 127.0, "fp4": 6.0, "int4": 7.0}
+QMAX = {"fp8": 31.0, "int8": 127.0, "fp4": 6.0, "int4": 7.0}
 PER_HEAD_SCALES = {"fp8": False, "int8": False, "fp4": False, "int4": True}
 TINY = KVLayout(num_layers=1, num_kv_heads=1, head_dim=4)
 TINY_KV = torch.tensor([[[[[0.5, -1.0, 3.0, 0.0]]], [[[1.5, 2.0, -6.0, 0.25]]]]])
@@ -28,20 +29,20 @@ TINY_KV = torch.tensor([[[[[0.5, -1.0, 3.0, 0.0]]], [[[1.5, 2.0, -6.0, 0.25]]]]]
 # The test vectors of docs/wire-format.md: TINY_KV (K = 0.5 -1 3 0, V = 1.5 2 -6 0.25);
 # the scaled formats quantize the rotated K = 1.25 2.25 -1.75 -0.75, V = -1.125 -3.375 4.625 2.875.
 VECTORS = {
-    "fp16": "02003800bc00420000003e004000c60034",
-    "bf16": "02003f80bf40400000c03f0040c0c0803e",
-    "fp8": "02251d4921787efbf1eefa7e79",
-    "int8": "028924a928477f9dd6e1a37f4f",
-    "fp4": "0200362b3a75ceeb67",
-    "int4": "022535493974ebbe47",
+    "fp16": "03003800bc00420000003e004000c60034",
+    "bf16": "03003f80bf40400000c03f0040c0c0803e",
+    "fp8": "03a52cc630717ff8e5def77f73",
+    "int8": "038924a928477f9dd6e1a37f4f",
+    "fp4": "0300362b3a75ceeb67",
+    "int4": "032535493974ebbe47",
 }
 # What each vector decodes to in TINY's float16: (K, V).
 DECODED = {
     "fp16": ([0.5, -1.0, 3.0, 0.0], [1.5, 2.0, -6.0, 0.25]),
     "bf16": ([0.5, -1.0, 3.0, 0.0], [1.5, 2.0, -6.0, 0.25]),
     "fp8": (
-        [0.5224609375, -1.0048828125, 3.013671875, 0.040191650390625],
-        [1.5693359375, 1.8994140625, -6.02734375, 0.247802734375],
+        [0.48974609375, -0.998046875, 2.994140625, -0.0181427001953125],
+        [1.4541015625, 2.05078125, -6.00390625, 0.260986328125],
     ),
     "int8": (
         [0.5048828125, -1.0009765625, 3.001953125, 0.00885772705078125],
@@ -94,7 +95,7 @@ def element_error_bound(name: str, rotated: torch.Tensor) -> torch.Tensor:
     largest = magnitude.amax(dim=group, keepdim=True)
     scale = (largest / QMAX[name] * (1 + 2.0**-10)).clamp_min(2.0**-14)
     bounds = {
-        "fp8": torch.maximum(magnitude / 16, scale / 1024),
+        "fp8": torch.maximum(magnitude / 32, scale / 128),
         "int8": scale / 2,
         "fp4": torch.maximum(magnitude / 4, scale / 4),
         "int4": scale / 2,
@@ -122,7 +123,7 @@ def assert_within_format_error(name: str, kv: torch.Tensor, decoded: torch.Tenso
 def test_vectors(name: str) -> None:
     codec = get_codec(name)
     (payload,) = codec.encode(TINY_KV, TINY)
-    assert payload[0] == PAYLOAD_VERSION == 2
+    assert payload[0] == PAYLOAD_VERSION == 3
     assert payload.hex() == VECTORS[name]
     decoded = codec.decode([bytes.fromhex(VECTORS[name])], TINY)
     assert (decoded[0, 0].flatten().tolist(), decoded[0, 1].flatten().tolist()) == DECODED[name]
@@ -250,7 +251,6 @@ def test_truncated_overlong_and_versionless_payloads(name: str) -> None:
     [
         ("fp16", 1, b"\x00\x7e"),  # element 0 becomes NaN
         ("bf16", 1, b"\x80\xff"),  # -Inf
-        ("fp8", 5, b"\x7f"),  # e4m3 NaN; elements start after version and two scales
         ("int8", 5, b"\x80"),  # -128
         ("int4", 5, b"\x08"),  # nibble -8 (one scale per head: still 2 with one head)
         ("fp8", 2, b"\xfc"),  # negative scale
@@ -284,30 +284,40 @@ def test_int4_scales_are_per_head_in_layer_kv_head_order() -> None:
     assert torch.equal(shrunk, whole)
 
 
-def test_fp4_rounds_every_value_to_the_nearest_e2m1_value_ties_away_from_zero() -> None:
-    """The encoder's table lookup against the definition: each midpoint between e2m1 values,
-    one float32 step either side of it, values past 6 as a rounded scale leaves them, and
-    random values over the whole range."""
-    grid = torch.tensor(E2M1_VALUES[:8], dtype=torch.float64)
+@pytest.mark.parametrize(
+    ("codec", "magnitudes", "sign_bit"),
+    [(FP4, E2M1_VALUES[:8], 3), (FP8, E3M4_MAGNITUDES, 7)],
+    ids=["fp4-e2m1", "fp8-e3m4"],
+)
+def test_float_elements_round_to_the_nearest_value_ties_away_from_zero(
+    codec: FixedWidthCodec, magnitudes: tuple[float, ...], sign_bit: int
+) -> None:
+    """The encoders' table lookup against the definition: each midpoint between neighbouring
+    values, one float32 step either side of it, values past the largest as a rounded scale
+    leaves them, and random values over the whole range."""
+    grid = torch.tensor(magnitudes, dtype=torch.float64)
+    largest = magnitudes[-1]
     midpoints = ((grid[1:] + grid[:-1]) / 2).float()
-    magnitudes = torch.cat(
+    extra = torch.tensor([largest * (1 + 2.0**-11), 1e-30, 2.0**-126])
+    magnitudes_in = torch.cat(
         (
             midpoints,
             torch.nextafter(midpoints, torch.tensor(0.0)),
-            torch.nextafter(midpoints, torch.tensor(7.0)),
+            torch.nextafter(midpoints, torch.tensor(2.0 * largest)),
             grid.float(),
-            torch.tensor([6 * (1 + 2.0**-11), 1e-30, 2.0**-126]),
-            torch.rand(4000, generator=torch.Generator().manual_seed(5)) * 6,
+            extra,
+            torch.rand(4000, generator=torch.Generator().manual_seed(5)) * largest,
         )
     )
-    values = torch.cat((magnitudes, -magnitudes))
+    values = torch.cat((magnitudes_in, -magnitudes_in))
     distance = (values.double().abs().unsqueeze(1) - grid).abs()
     # Nearest, and at a tie the larger magnitude: the last index of the smallest distance.
     nearest = grid.numel() - 1 - distance.flip(1).argmin(dim=1)
-    expected = nearest.to(torch.uint8) | (torch.signbit(values).to(torch.uint8) << 3)
-    packed = FP4.element.quantize(values.view(1, -1).clone())
-    codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).flatten()
-    assert torch.equal(codes, expected)
+    expected = nearest.to(torch.uint8) | (torch.signbit(values).to(torch.uint8) << sign_bit)
+    quantized = codec.element.quantize(values.view(1, -1).clone()).flatten()
+    if codec.element.bits == 4:  # two to a byte, low nibble first
+        quantized = torch.stack((quantized & 0x0F, quantized >> 4), dim=-1).flatten()
+    assert torch.equal(quantized, expected)
 
 
 @pytest.mark.parametrize("name", SCALED)

@@ -20,7 +20,7 @@ import torch
 from ..errors import PayloadError, TablesError, TensorError
 from ..layout import KVLayout
 
-PAYLOAD_VERSION = 2
+PAYLOAD_VERSION = 3
 """First byte of every token payload; bumped with any change to a payload format."""
 
 MAX_TOKENS_PER_CALL = 1 << 16

@@ -97,6 +97,40 @@ def table_lookup(table: tuple[float, ...], codes: torch.Tensor) -> torch.Tensor:
     return torch.index_select(values, 0, codes.flatten().int()).view(codes.shape)
 
 
+@functools.cache
+def nearest_codes_by_top_bits(
+    magnitudes: tuple[float, ...], sign_bit: int, device: torch.device
+) -> torch.Tensor:
+    """For a float format whose code `i` (sign bit clear) is `magnitudes[i]` (ascending, from
+    0): the code of the nearest value of every float32, indexed by its top 16 bits plus
+    2^15 (`top_bits_index`), ties away from zero: encoders quantize with one lookup instead
+    of arithmetic.
+
+    The top 16 bits truncate a value `x` to `t` (bfloat16's sign, exponent and 7 mantissa
+    bits), and `|x|` lies in `[|t|, |t| + ulp)`. When every midpoint between neighbouring
+    magnitudes is itself a bfloat16, `|x|` is past a midpoint exactly when `|t|` has reached
+    it, so `t` alone decides the rounding. Magnitudes past the largest (scaled values exceed
+    it by at most the fp16 rounding of the scale) give the largest code; the sign bit is the
+    value's own, so -0.0 and negative values that round to zero keep it.
+    """
+    grid = torch.tensor(magnitudes, dtype=torch.float64)
+    midpoints = ((grid[1:] + grid[:-1]) / 2).float()
+    if not torch.equal(midpoints, midpoints.bfloat16().float()):
+        raise ValueError("a midpoint between these magnitudes needs more than bfloat16's bits")
+    top = torch.arange(1 << 16, dtype=torch.int32) - (1 << 15)
+    magnitude = (top << 16).view(torch.float32).abs().nan_to_num(nan=float("inf"))
+    codes = torch.searchsorted(midpoints, magnitude, right=True).to(torch.uint8)
+    codes |= (top < 0).to(torch.uint8) << sign_bit
+    return codes.to(device)
+
+
+def top_bits_index(values: torch.Tensor) -> torch.Tensor:
+    """Each float32's top 16 bits plus 2^15 (0..65535): its row in `nearest_codes_by_top_bits`."""
+    index = values.view(torch.int32) >> 16
+    index += 1 << 15
+    return index
+
+
 def nibble_pair_lookup(table: tuple[float, ...], packed: torch.Tensor) -> torch.Tensor:
     """`table[nibble]` for both nibbles of every byte, low nibble first: `[T, 2 * n]` float32.
 
