@@ -46,9 +46,10 @@ class ElementFormat:
     """How scaled values become packed bytes and back, for one compression.
 
     `quantize` maps float32 `[T, N]` (already divided by its group's scale, so within
-    `qmax * (1 + 2^-11)`: the scale is rounded to fp16) to uint8 `[T, N * bits / 8]`; `dequantize` is its inverse and returns
-    NaN for codes the encoder never emits (the casts' NaN and Inf, -128 in int8, -8 in int4), which the
-    decoder then rejects with one finiteness check.
+    `qmax * (1 + 2^-11)`: the scale is rounded to fp16) to uint8 `[T, N * bits / 8]`;
+    `dequantize` is its inverse and returns NaN for codes the encoder never emits (the casts'
+    NaN and Inf, -128 in int8, -8 in int4), which the decoder then rejects with one
+    finiteness check.
     `qmax` is None for exact casts, which carry no scales.
     """
 
