@@ -55,6 +55,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "many decoders on one relay: one prompt to 32, and 8 publishers with 8 decoders "
         "each: objects/s, MB/s, p50/p99 load s, every process's peak memory, all verified",
     ),
+    "layout": Benchmark(
+        "bench.layout",
+        "the vLLM connector's block copies between vLLM's CPU cache and staging, per cache "
+        "layout (AMX tiles, AVX-512): fast path against the index gather, blocks/s",
+    ),
     "parallel": Benchmark(
         "bench.parallel_load",
         "one large prompt's KV through the relay over 1 QUIC connection vs N "

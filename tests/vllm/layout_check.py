@@ -2,14 +2,17 @@
 
 vLLM's `cpu_attn_reshape_and_cache` writes random K and V for three blocks (one partly
 filled); `BlockLayout.read` must give them back, and `write` must leave the blocks exactly
-as the kernel did, through the strided views and through the index gather alike. Prints
-one JSON line: {dtype: {"isa": ..., "strided": ok, "gather": ok}}.
+as the kernel did, through the layout's fast path (strided or tiled views) and through the
+index gather alike. The layouts: the ISA vLLM picks on this CPU for each dtype, and on x86
+the AMX layout too (its writer moves bytes with plain stores, so any x86 CPU can probe it).
+Prints one JSON line: {"ISA dtype": {"isa": ..., "path": ..., "fast": ok, "gather": ok}}.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 
 import torch
 from kvmoq_client.vllm.cache_layout import BlockLayout
@@ -39,15 +42,21 @@ def check(layout: BlockLayout, dtype: torch.dtype, isa: str) -> bool:
 
 
 def main() -> None:
+    layouts = [
+        (_get_attn_isa(dtype, BLOCK_SIZE, HEAD_SIZE), dtype)
+        for dtype in (torch.float16, torch.bfloat16, torch.float32)
+    ]
+    if platform.machine() == "x86_64":
+        layouts.append(("amx", torch.bfloat16))
     results = {}
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        isa = _get_attn_isa(dtype, BLOCK_SIZE, HEAD_SIZE)
+    for isa, dtype in dict.fromkeys(layouts):
         probe = torch.empty((1, HEADS, BLOCK_SIZE, 2 * HEAD_SIZE), dtype=dtype)
         layout = BlockLayout.probe(probe, isa)
-        results[str(dtype)] = {
+        results[f"{isa} {dtype}"] = {
             "isa": isa,
-            "strided": layout.strides is not None and check(layout, dtype, isa),
-            "gather": check(dataclasses.replace(layout, strides=None), dtype, isa),
+            "path": layout.path,
+            "fast": layout.tiles is not None and check(layout, dtype, isa),
+            "gather": check(dataclasses.replace(layout, tiles=None), dtype, isa),
         }
     print(json.dumps(results))
 

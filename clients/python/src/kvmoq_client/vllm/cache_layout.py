@@ -3,17 +3,21 @@
 vLLM's CPU KV cache is one tensor per layer, `[num_blocks, num_kv_heads, block_size,
 2 * head_size]`, but that shape does not say where a value sits: the backend's kernels pick
 an arrangement per instruction set (on AVX-512, keys are stored transposed, `[head_size,
-block_size]` per head, values as `[block_size, head_size]`). Rather than copy those rules
-from vLLM's C++ (and break when they change), `BlockLayout.probe` asks vLLM's own
-`cpu_attn_reshape_and_cache` to write a block whose values are their token, head and channel
-numbers, and reads the positions back: an index that holds for whatever ISA the engine runs
-on. With it, the connector copies whole blocks between vLLM's cache and the sidecar's
-staging buffer (`[2, tokens, kv_heads, head_size]`), through strided views where the
-positions are affine (they are on every ISA seen), else one index operation each way.
+block_size]` per head, values as `[block_size, head_size]`; with AMX, bf16 blocks are tiles
+of 16 tokens whose keys interleave channel pairs and whose values interleave token pairs).
+Rather than copy those rules from vLLM's C++ (and break when they change),
+`BlockLayout.probe` asks vLLM's own `cpu_attn_reshape_and_cache` to write a block whose
+values are their token, head and channel numbers, and reads the positions back: an index
+that holds for whatever ISA the engine runs on. With it, the connector copies whole blocks
+between vLLM's cache and the sidecar's staging buffer (`[2, tokens, kv_heads, head_size]`)
+through strided views where the positions are an affine map of the coordinates split into
+tiles (every ISA seen: a transposed key is one factor per coordinate, an AMX tile two), else
+through one index operation each way.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +25,72 @@ import torch
 DIGIT = 16
 """Probe values are coordinates written in base 16, one digit per pass: small integers are
 exact in every cache dtype (bf16 holds integers exactly only up to 256)."""
+
+Factor = tuple[int, int]
+"""(size, stride) of one digit of a coordinate, in elements."""
+
+
+@dataclass(frozen=True)
+class TiledPart:
+    """K or V of a block as a strided view: each coordinate (token, head, channel) is split
+    into digits, outermost first, each with a stride of its own, and the element sits at
+    `offset` plus the sum of digit times stride. One digit per coordinate is a plain strided
+    tensor (a transposed key); a tile adds a digit (16-token AMX tiles: token = 16 t1 + t0)."""
+
+    offset: int
+    digits: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
+
+    @classmethod
+    def fit(cls, index: torch.Tensor) -> TiledPart | None:
+        """The tiling of `index[token, head, channel]` (element positions), or None when the
+        positions are no such map."""
+        offset = int(index[0, 0, 0])
+        digits = []
+        for dim in range(3):
+            line = index.movedim(dim, 0)[:, 0, 0] - offset
+            found = _digits([int(p) for p in line])
+            if found is None:
+                return None
+            digits.append(found)
+        part = cls(offset, (digits[0], digits[1], digits[2]))
+        return part if torch.equal(part.positions(), index) else None
+
+    def positions(self) -> torch.Tensor:
+        """The element position of every `[token, head, channel]` under this tiling."""
+        shape = [size for coordinate in self.digits for size, _ in coordinate]
+        grid = torch.full(shape, self.offset, dtype=torch.int64)
+        for axis, (size, stride) in enumerate(f for c in self.digits for f in c):
+            steps = [-1 if a == axis else 1 for a in range(len(shape))]
+            grid += (torch.arange(size) * stride).view(steps)
+        return grid.reshape([math.prod(s for s, _ in c) for c in self.digits])
+
+    def view(self, cache: torch.Tensor, block_elements: int) -> torch.Tensor:
+        """This part of every block of `cache` as `[blocks, digits...]`, a strided view."""
+        if cache.stride(0) != block_elements:
+            raise ValueError("vLLM's cache blocks are not contiguous")
+        factors = [f for coordinate in self.digits for f in coordinate]
+        return cache.as_strided(
+            (cache.shape[0], *(size for size, _ in factors)),
+            (block_elements, *(stride for _, stride in factors)),
+            cache.storage_offset() + self.offset,
+        )
+
+
+def _digits(line: list[int]) -> tuple[Factor, ...] | None:
+    """Split one coordinate's positions (`line[k]`, `line[0] == 0`) into digits, outermost
+    first: the innermost digit runs as far as the positions step evenly, and the rest repeats
+    on every run's first position. None if a run does not divide the range evenly."""
+    inner_first: list[Factor] = []
+    while len(line) > 1:
+        stride = line[1]
+        run = 1
+        while run < len(line) and line[run] == run * stride:
+            run += 1
+        if len(line) % run:
+            return None
+        inner_first.append((run, stride))
+        line = line[::run]
+    return tuple(reversed(inner_first)) if inner_first else ((1, 0),)
 
 
 @dataclass(frozen=True)
@@ -30,10 +100,9 @@ class BlockLayout:
 
     index: torch.Tensor
     block_elements: int
-    strides: tuple[tuple[int, int, int, int], ...] | None = None
-    """Per part, (offset, token, head, channel strides) within a block when the positions
-    are an affine map of the coordinates, as on every ISA seen (K transposed is one): then
-    the copies are strided views, 5x faster than gathering through `index`."""
+    tiles: tuple[TiledPart, TiledPart] | None = None
+    """K's and V's strided views when both fit one (every ISA seen): then the copies are
+    strided, 5x to 10x faster than gathering through `index` (`kvmoq bench layout`)."""
 
     @classmethod
     def probe(cls, cache: torch.Tensor, isa: str, kv_cache_dtype: str = "auto") -> BlockLayout:
@@ -69,28 +138,44 @@ class BlockLayout:
                 value += written(digits, digits) * scale
                 scale *= DIGIT
             coordinates.append(value)
-        return cls._indexed(part, *coordinates, shape=shape)
+        return cls.indexed(part, *coordinates, shape=shape)
 
     @classmethod
-    def _indexed(
+    def indexed(
         cls, part: torch.Tensor, *coordinates: torch.Tensor, shape: tuple[int, int, int]
     ) -> BlockLayout:
+        """The layout from what each element of a block holds: its part (-1: unused) and its
+        token, head and channel."""
         index = torch.full((2, *shape), -1, dtype=torch.int64)
         held = part >= 0
         token, head, channel = (c[held] for c in coordinates)
         index[part[held], token, head, channel] = torch.arange(part.numel())[held]
         if bool((index < 0).any()) or index.unique().numel() != index.numel():
             raise RuntimeError("vLLM's cache block layout is not a permutation of its values")
-        affine = [_affine(index[kv]) for kv in range(2)]
-        strides = None if None in affine else tuple(a for a in affine if a is not None)
-        return cls(index, part.numel(), strides)
+        key, value = TiledPart.fit(index[0]), TiledPart.fit(index[1])
+        tiles = None if key is None or value is None else (key, value)
+        return cls(index, part.numel(), tiles)
+
+    @property
+    def path(self) -> str:
+        """How blocks are copied: `strided`, `tiled` (a coordinate split in digits) or
+        `gather` (through `index`); said in the connector's log and the layout bench."""
+        if self.tiles is None:
+            return "gather"
+        digits = (len(c) for part in self.tiles for c in part.digits)
+        return "strided" if max(digits) == 1 else "tiled"
 
     def read(self, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         """The KV of `blocks` as `[2, len(blocks) * block_size, H, D]`, in block order."""
         _, _, heads, head_size = self.index.shape
-        if self.strides is not None:
-            parts = [self._part(cache, kv)[blocks] for kv in range(2)]
-            return torch.stack(parts).reshape(2, -1, heads, head_size)
+        if self.tiles is not None:
+            kv = torch.empty((2, len(blocks), *self.index.shape[1:]), dtype=cache.dtype)
+            for part, tiled in enumerate(self.tiles):
+                view = tiled.view(cache, self.block_elements)
+                staged = kv[part].view(len(blocks), *view.shape[1:])
+                for start, stop, at in _runs(blocks):
+                    staged[at : at + stop - start].copy_(view[start:stop])
+            return kv.view(2, -1, heads, head_size)
         flat = cache.view(cache.shape[0], self.block_elements)[blocks]
         values = flat[:, self.index]  # [blocks, 2, N, H, D]
         return values.transpose(0, 1).reshape(2, -1, heads, head_size)
@@ -99,37 +184,29 @@ class BlockLayout:
         """Inverse of `read`: `kv` `[2, len(blocks) * block_size, H, D]` into `blocks`."""
         _, block_size, heads, head_size = self.index.shape
         values = kv.reshape(2, len(blocks), block_size, heads, head_size)
-        if self.strides is not None:
-            for part in range(2):
-                self._part(cache, part)[blocks] = values[part]
+        if self.tiles is not None:
+            for part, tiled in enumerate(self.tiles):
+                view = tiled.view(cache, self.block_elements)
+                staged = values[part].reshape(len(blocks), *view.shape[1:])
+                for start, stop, at in _runs(blocks):
+                    view[start:stop].copy_(staged[at : at + stop - start])
             return
         flat = cache.view(cache.shape[0], self.block_elements)
         rows = flat[blocks]
         rows[:, self.index] = values.transpose(0, 1)
         flat[blocks] = rows
 
-    def _part(self, cache: torch.Tensor, part: int) -> torch.Tensor:
-        """K (0) or V (1) of every block of `cache` as a `[blocks, N, H, D]` strided view."""
-        assert self.strides is not None
-        offset, *strides = self.strides[part]
-        if cache.stride(0) != self.block_elements:
-            raise ValueError("vLLM's cache blocks are not contiguous")
-        shape = (cache.shape[0], *self.index.shape[1:])
-        return cache.as_strided(
-            shape, (self.block_elements, *strides), cache.storage_offset() + offset
-        )
 
-
-def _affine(index: torch.Tensor) -> tuple[int, int, int, int] | None:
-    """(offset, strides) if `index[token, head, channel]` is offset + a . strides."""
-    offset = int(index[0, 0, 0])
-    strides = []
-    for dim, size in enumerate(index.shape):
-        step = [0, 0, 0]
-        step[dim] = 1
-        strides.append(int(index[tuple(step)]) - offset if size > 1 else 0)
-    grid = torch.meshgrid(*(torch.arange(size) for size in index.shape), indexing="ij")
-    affine = offset + sum(g * s for g, s in zip(grid, strides, strict=True))
-    if not torch.equal(affine, index):
-        return None
-    return offset, strides[0], strides[1], strides[2]
+def _runs(blocks: torch.Tensor) -> list[tuple[int, int, int]]:
+    """`blocks` as runs of consecutive block ids: (first, end, position in `blocks`). A copy
+    per run rather than one indexed copy: strided copies of slices keep torch's fast loops,
+    where indexing a tiled view goes element by element (4x slower writes on AMX tiles)."""
+    ids = blocks.tolist()
+    runs: list[tuple[int, int, int]] = []
+    for at, block in enumerate(ids):
+        if runs and runs[-1][1] == block:
+            first, _, began = runs[-1]
+            runs[-1] = (first, block + 1, began)
+        else:
+            runs.append((block, block + 1, at))
+    return runs

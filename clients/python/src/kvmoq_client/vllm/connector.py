@@ -18,6 +18,7 @@ attention backend, and a cache dtype of the model's own (float16, bfloat16, floa
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
+
+log = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_S = 120.0
 """Publish answers once the default track is encoded: seconds for a long prompt."""
@@ -127,6 +130,8 @@ class KVMoqConnector(KVConnectorBase_V1):
         cache_dtype = self._vllm_config.cache_config.cache_dtype
         isa = _get_attn_isa(first.dtype, block_size, double_head // 2, cache_dtype)
         layout = BlockLayout.probe(first, isa, cache_dtype)
+        log.info("kvmoq: vLLM's %s cache blocks (ISA %s) copied by the %s path",
+                 first.dtype, isa, layout.path)  # fmt: skip
         blocks = math.ceil(self._settings.staging_tokens / block_size)
         staging = allocate_shared_kv(
             len(caches), heads, double_head // 2, first.dtype,
