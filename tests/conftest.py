@@ -39,7 +39,10 @@ PHASE = os.environ.get("KVMOQ_TEST_PHASE")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One torch thread per worker: with two workers on two cores, torch's default of two
     # threads each made them wait on each other at every op (model tests ran 3x slower).
+    # The same for every process a test starts (a bench, a model server, a vLLM engine):
+    # they inherit OMP_NUM_THREADS, which torch reads at start.
     torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

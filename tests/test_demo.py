@@ -4,6 +4,7 @@ left running answer, and Ctrl-C or SIGTERM stops every one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -37,6 +38,16 @@ def processes_with_marker(marker: str) -> list[int]:
             continue
         if marker.encode() in environ:
             found.append(int(entry.name))
+    return found
+
+
+def stop_marked(marker: str) -> list[int]:
+    """SIGKILL every process carrying `marker` (what a failed test leaves of a demo or bench
+    it started, whatever their parents did); the pids it found."""
+    found = processes_with_marker(marker)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     return found
 
 
@@ -101,7 +112,7 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
     try:
         assert demo.stdout is not None
         lines = Lines(demo.stdout)
-        url = lines.wait_for(r"curl -s (http://\S+/generate)", timeout=600)[1]
+        url = lines.wait_for(r"curl -s (http://\S+/generate)", timeout=240)[1]
         status, answer = post(url, {"text": " In short,", "max_new_tokens": 8, "track": "int8"})
         assert status == 200, answer
         assert answer["reused_tokens"] == 256
@@ -117,6 +128,7 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
     finally:
         if demo.poll() is None:
             demo.kill()
+        stop_marked(marker)  # what a failed run left, whatever its parent did
     assert "every process the demo started is stopped" in output
     report = json.loads(report_path.read_text())
     tracks = report["tracks"]
@@ -178,6 +190,73 @@ def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
         if parent.poll() is None:
             parent.kill()
     assert processes_with_marker(marker) == []
+
+
+def test_children_stop_when_the_parent_is_killed_outright() -> None:
+    """A parent killed with SIGKILL (a test's timeout, the OOM killer) runs no exit code:
+    its children still stop, told by the kernel (`PR_SET_PDEATHSIG`)."""
+    marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    script = (
+        "import sys\n"
+        "from sidecar.demo.children import Children\n"
+        "with Children() as children:\n"
+        "    for name in ('one', 'two'):\n"
+        "        children.start(name, [sys.executable, '-c', "
+        "'import time; print(\"ready\", flush=True); time.sleep(600)'], "
+        "ready_prefix='ready', timeout=30)\n"
+        "    print('waiting', flush=True)\n"
+        "    children.wait_any()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, key: value},
+    )
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == "waiting\n"
+        assert len(processes_with_marker(marker)) == 3
+        parent.kill()
+        parent.wait(30)
+        end = time.monotonic() + 30
+        while processes_with_marker(marker) and time.monotonic() < end:
+            time.sleep(0.1)
+    finally:
+        stop_marked(marker)
+    assert processes_with_marker(marker) == []
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("server", ["prefill_server", "decode_server"])
+def test_a_model_server_stops_on_sigterm_while_waiting_on_its_sidecar(
+    server: str, tmp_path: Path
+) -> None:
+    """A model server blocked in a gRPC call (here: registering its buffers with a sidecar
+    that never comes up) ends within seconds of SIGTERM, leaving no shared memory behind."""
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", f"sidecar.demo.{server}"),
+            *("--sidecar", f"unix://{tmp_path / 'nobody.sock'}", "--tokens", "128"),
+            *("--tracks", "int8"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = Lines(process.stdout)
+        lines.wait_for(r'"event": "progress", "step": 1, "completed": 1', timeout=120)
+        time.sleep(1.0)  # into the call that waits for the sidecar
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.slow

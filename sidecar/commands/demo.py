@@ -118,7 +118,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) -> int:
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from sidecar.demo.children import ChildFailed, Children
     from sidecar.demo.nodes import start_model_server, start_sidecar
@@ -136,10 +143,15 @@ def _run(args: argparse.Namespace, tracks: tuple[str, ...], console: Console) ->
         TimeElapsedColumn(),
         console=console,
     )
-    view = StepView(
-        lambda description, total: progress.add_task(description, total=total),
-        lambda bar, completed: progress.update(bar, completed=completed),
-    )
+
+    def add_bar(description: str, total: int) -> TaskID:
+        # Off a terminal the bars show only at the end: a line per step says, as it
+        # happens, where a slow or stuck run is (a log, a test's captured output).
+        if not console.is_terminal:
+            console.log(description)
+        return progress.add_task(description, total=total)
+
+    view = StepView(add_bar, lambda bar, completed: progress.update(bar, completed=completed))
     # Children inside the scratch directory: they stop before their sockets are removed.
     with tempfile.TemporaryDirectory() as tmp, Children() as children, progress:
         scratch = Path(tmp)

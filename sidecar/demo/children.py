@@ -1,12 +1,16 @@
 """Child processes that announce readiness with one stdout line and die with their parent.
 
 The demo must leave nothing behind, even on Ctrl-C, SIGTERM or a failed step, so every child
-is registered in a `Children` context that terminates (then kills) them all on exit.
+is registered in a `Children` context that terminates (then kills) them all on exit. A parent
+that is killed outright (SIGKILL, a test's timeout) runs no exit code, so on Linux each child
+also asks the kernel for a SIGTERM when its parent dies (`PR_SET_PDEATHSIG`), and stops.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -26,6 +30,29 @@ from sidecar.moqt.aio.quic_backend import BackendName, installed
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int
 """What `signal.signal` takes (SIG_DFL and SIG_IGN are ints)."""
+
+
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+"""Loaded before any fork: a child between fork and exec may only make the call."""
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvmoq-children")
+"""Forks every child (see `_dies_with`): callers start children from threads that end (a
+benchmark starts its engines from a pool), which must not take the children along."""
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """A `preexec_fn`: SIGTERM this child when the thread that started it ends, and at once
+    if `parent` is gone already (the kernel would not signal a death that came before the
+    request). The kernel watches the forking thread, not the process, so every child is
+    forked by `_SPAWNER`'s one thread, which lives as long as the process."""
+
+    def arrange() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
 
 
 class ChildFailed(RuntimeError):
@@ -89,7 +116,8 @@ class Children:
         `stdin`, its standard input is a pipe to write requests into (else this one's)."""
         # Lives as long as the child (closed in stop_all), so no `with` block here.
         log = tempfile.TemporaryFile("w+")  # noqa: SIM115
-        process = subprocess.Popen(
+        process = _SPAWNER.submit(
+            subprocess.Popen,
             list(argv),
             stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
@@ -97,7 +125,8 @@ class Children:
             text=True,
             env={**os.environ, **(env or {})},
             start_new_session=True,  # Ctrl-C reaches the demo only; it stops the children
-        )
+            preexec_fn=_dies_with(os.getpid()),
+        ).result()
         child = Child(name, process, log)
         self._children.append(child)
         child.ready_line = self._wait_ready(child, ready_prefix, timeout)

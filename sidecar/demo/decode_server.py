@@ -11,7 +11,7 @@ that extends the prompt: the published prefix is loaded, only the rest computed.
 its steps as JSON lines (`sidecar.demo.steps`), then `{"event": "report", ...}`, and exits;
 with `--keep` it stays up instead (`kvmoq demo --keep`) and answers requests that extend the
 prompt (`POST /generate` on a loopback port it reports as `{"event": "serving", ...}`) until
-SIGTERM.
+SIGTERM. SIGTERM ends it at any step, a gRPC call in flight included.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from kvmoq_client.buffers import KVBuffers, allocate_shared_kv
 from kvmoq_client.dynamic_cache import kv_dimensions
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
+from sidecar.demo.children import exit_on_sigterm
 from sidecar.demo.decode import (
     SCORED_TOKENS,
     PrefixRun,
@@ -288,8 +289,6 @@ def keep_serving(
 
     One request at a time (a plain HTTPServer): every load writes the same buffer slots.
     """
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     answer = functools.partial(generate, node, model, prompt, tracks)
     server = HTTPServer((HTTP_HOST, 0), _handler(answer))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -301,14 +300,15 @@ def keep_serving(
         max_new_tokens=MAX_NEW_TOKENS,
     )
     try:
-        while not stop.wait(1.0):
-            pass
+        while True:
+            signal.pause()
     finally:
         server.shutdown()
         server.server_close()
 
 
 def serve(args: argparse.Namespace) -> None:
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     emit("started")
     steps = Steps()
     done = steps.start("decode server: load SmolLM2")

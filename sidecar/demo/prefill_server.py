@@ -6,19 +6,21 @@ through its sidecar, as an inference server would with `kvmoq_client`.
 
 Reports its steps as JSON lines (`sidecar.demo.steps`), then `{"event": "published", ...}`
 (prompt id, prefill seconds, tracks), and stays up, its buffers registered, until SIGTERM.
+SIGTERM ends it at any step, a gRPC call in flight included: it unwinds (unregistering its
+buffers if its sidecar is still there) rather than finish the step first.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
-import threading
 import time
 
 import torch
 from kvmoq_client import KVCacheClient
 from kvmoq_client.transformers_cache import TransformersKV
 
+from sidecar.demo.children import exit_on_sigterm
 from sidecar.demo.steps import Steps, emit
 from sidecar.models.corpus import pydoc_token_ids
 from sidecar.models.smollm2 import MODEL_NAME, load_model
@@ -28,8 +30,7 @@ RPC_TIMEOUT_S = 300.0
 
 
 def serve(args: argparse.Namespace) -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     emit("started")
     steps = Steps()
     done = steps.start("prefill server: load SmolLM2")
@@ -58,8 +59,8 @@ def serve(args: argparse.Namespace) -> None:
             tracks=list(published.tracks),
             prefill_s=prefill_s,
         )
-        while not stop.wait(1.0):
-            pass
+        while True:
+            signal.pause()
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.demo.children import Child, Children
+from sidecar.demo.children import Child, ChildFailed, Children
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -71,17 +71,19 @@ class Engine:
 
     def __init__(self, child: Child) -> None:
         self.child = child
-        self._answers: queue.Queue[str] = queue.Queue()
+        self._answers: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        """Answers only: vLLM logs to stdout too (a load failure it recovers from, say)."""
+        """Answers only: vLLM logs to stdout too (a load failure it recovers from, say).
+        None once the engine's stdout ends: it exited, and no answer will come."""
         assert self.child.process.stdout is not None
         for line in self.child.process.stdout:
             if line.startswith(ANSWER):
                 self._answers.put(line)
             else:
                 self.child.extra_lines.append(line)
+        self._answers.put(None)
 
     def run(self, *requests: dict[str, Any]) -> Answer:
         """Greedy outputs of `requests` ({"token_ids", "max_tokens", "tracks"?,
@@ -91,11 +93,18 @@ class Engine:
         stdin.write(json.dumps({"requests": list(requests)}) + "\n")
         stdin.flush()
         try:
-            reply = json.loads(self._answers.get(timeout=GENERATE_S))
+            line = self._answers.get(timeout=GENERATE_S)
         except queue.Empty:
             raise AssertionError(
                 f"{self.child.name} did not answer:\n{self.child.log_tail()}"
             ) from None
+        if line is None:
+            self._answers.put(None)  # for any later call
+            raise ChildFailed(
+                f"{self.child.name} exited with {self.child.process.wait()}:\n"
+                f"{self.child.log_tail()}"
+            )
+        reply = json.loads(line)
         return Answer(reply["seconds"], [Output(**output) for output in reply["outputs"]])
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.test_demo import processes_with_marker
+from tests.test_demo import processes_with_marker, stop_marked
 
 
 @dataclass
@@ -33,13 +33,17 @@ def run_bench(name: str, report_path: Path, *args: str, timeout: float = 300) ->
     """`kvmoq bench NAME ARGS --json REPORT_PATH`; fails the test unless it exits 0."""
     marker = f"KVMOQ_BENCH_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
-    result = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "bench", name, *args, "--json", str(report_path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, key: value},
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "bench", name, *args, "--json", str(report_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, key: value},
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        stop_marked(marker)  # the bench was killed: nothing it started may outlive the test
+        raise
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return BenchRun(result, json.loads(report_path.read_text()), marker)

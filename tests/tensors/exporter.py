@@ -2,7 +2,8 @@
 
 Allocates a strided view in a /dev/shm file with the client library, prints its handle as
 one JSON line, then obeys one command per stdin line: `check V` (is every element V?),
-`fill V`, `exit`. JSON and text only: nothing is pickled between the processes.
+`fill V`, `exit` (unlink the file, then end), `leave` (end without unlinking: the
+library's finalizer must). JSON and text only: nothing is pickled between the processes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main(directory: Path) -> None:
         elif command == "fill":
             view.fill_(float(value))
             print("done", flush=True)
+        elif command.strip() == "leave":
+            return
         else:
             break
     shared.unlink()

@@ -70,6 +70,21 @@ def test_a_buffer_is_orphaned_only_once_its_process_died_without_closing_it(
     assert orphaned_shared_memory_files(shm_dir) == {path}
 
 
+def test_a_process_that_exits_without_closing_its_buffer_leaves_no_file(
+    exporter: subprocess.Popen[str], shm_dir: Path
+) -> None:
+    """The client library removes a buffer file's name at interpreter exit, so only a killed
+    process can leave one behind."""
+    assert exporter.stdout is not None and exporter.stdin is not None
+    path = Path(shm_handle_from_json(exporter.stdout.readline()).path)
+    assert path.exists()
+    exporter.stdin.write("leave\n")
+    exporter.stdin.flush()
+    assert exporter.wait(timeout=30) == 0
+    assert not path.exists()
+    assert orphaned_shared_memory_files(shm_dir) == set()
+
+
 def _file(directory: Path, nbytes: int = 4096) -> Path:
     path = directory / "kv"
     path.write_bytes(bytes(nbytes))

@@ -78,9 +78,17 @@ class AsyncKVCacheClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _unary(self, method: Callable[..., Awaitable[_Reply]], request: object) -> _Reply:
+    async def _unary(
+        self,
+        method: Callable[..., Awaitable[_Reply]],
+        request: object,
+        *,
+        wait_for_ready: bool | None = None,
+    ) -> _Reply:
+        """`wait_for_ready`: this call's, else the client's."""
+        ready = self._wait_for_ready if wait_for_ready is None else wait_for_ready
         try:
-            return await method(request, timeout=self._timeout, wait_for_ready=self._wait_for_ready)
+            return await method(request, timeout=self._timeout, wait_for_ready=ready)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from None
 
@@ -89,9 +97,12 @@ class AsyncKVCacheClient:
         return (await self._unary(self._stub.RegisterBuffers, request)).buffer_set_id
 
     async def unregister_buffers(self, buffer_set_id: str) -> None:
-        """Once this returns the sidecar holds no view of the buffers: they may be freed."""
+        """Once this returns the sidecar holds no view of the buffers: they may be freed.
+
+        Never waits for a sidecar that is not up (whatever `wait_for_ready` says): one that
+        is gone holds no views, and a process shutting down must not hang on it."""
         request = kv_cache_pb2.UnregisterBuffersRequest(buffer_set_id=buffer_set_id)
-        await self._unary(self._stub.UnregisterBuffers, request)
+        await self._unary(self._stub.UnregisterBuffers, request, wait_for_ready=False)
 
     async def publish(
         self,

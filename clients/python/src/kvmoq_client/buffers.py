@@ -14,6 +14,7 @@ import math
 import mmap
 import os
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,9 @@ class SharedMemoryFile:
     """A file on a memory filesystem, mapped shared, out of which views are cut.
 
     The file is created exclusively with mode 0600: the sidecar must run as the same user
-    (in Kubernetes, the same `runAsUser` in both containers).
+    (in Kubernetes, the same `runAsUser` in both containers). Its name is removed by
+    `unlink`, or else when the object is collected or the interpreter exits (a finalizer), so
+    only a process that was killed leaves a file behind (`orphaned_shared_memory_files`).
     """
 
     def __init__(self, nbytes: int, directory: Path = DEFAULT_SHM_DIR) -> None:
@@ -92,6 +95,7 @@ class SharedMemoryFile:
             os.close(fd)
         self.path = Path(name)
         self.nbytes = nbytes
+        self._unlink = weakref.finalize(self, self.path.unlink, missing_ok=True)
         self._bytes = torch.frombuffer(self._mapping, dtype=torch.uint8)
 
     def view(self, offset: int, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
@@ -121,7 +125,7 @@ class SharedMemoryFile:
 
     def unlink(self) -> None:
         """Remove the name; mappings (here and in the sidecar) stay valid until dropped."""
-        self.path.unlink(missing_ok=True)
+        self._unlink()
 
 
 def cuda_device_uuid(device: torch.device) -> str:
