@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -71,7 +72,24 @@ def measured(
     except (ChildFailed, ConnectionError, TimeoutError, *failures) as failure:
         print(f"kvmoq bench {name} failed: {type(failure).__name__}: {failure}")
         return None
-    return report | {"cpus": os.cpu_count(), "load_average_at_start": load_average}
+    return report | {
+        "cpu": cpu_name(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": load_average,
+    }
+
+
+def cpu_name() -> str:
+    """The processor's model name: figures that hang on the instruction set (vLLM's CPU
+    kernels pick AMX or AVX-512 by it) say where they were taken."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def conclude(

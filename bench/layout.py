@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.harness import conclude, console
+from bench.harness import conclude, console, cpu_name
 
 WORKER = Path(__file__).with_name("layout_worker.py")
 GEOMETRIES = {
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     report |= {"geometry": args.geometry, "heads": heads, "head_size": head_size}
+    report["cpu"] = cpu_name()
     report["blocks"] = args.blocks
     conclude(report, goals, show, args.json)
     return 0

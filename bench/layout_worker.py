@@ -4,7 +4,7 @@ copies between vLLM's CPU cache and the sidecar's staging, on every layout vLLM'
 
 The layout is the kernel's arrangement of bytes, not its instructions: the `amx` writer moves
 bytes with ordinary stores, so the AMX layout is probed and copied on any x86 CPU. Prints
-one JSON object: the CPU, the ISA vLLM picks here for bf16, and a row per layout and path.
+one JSON object: the ISA vLLM picks here for bf16, and a row per layout and path.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import time
 from collections.abc import Callable
 from functools import partial
@@ -36,17 +35,6 @@ def blocks_per_second(copy: Callable[[], object], blocks: int, seconds: float) -
             done += blocks
         best = max(best, done / elapsed)
     return best
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -86,7 +74,7 @@ def main() -> None:
                 }
             )
     isa_here = _get_attn_isa(torch.bfloat16, BLOCK_SIZE, args.head_size)
-    print(json.dumps({"cpu": cpu_name(), "bf16_isa_here": isa_here, "rows": rows}))
+    print(json.dumps({"bf16_isa_here": isa_here, "rows": rows}))
 
 
 if __name__ == "__main__":

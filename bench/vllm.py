@@ -390,7 +390,8 @@ def _show(console: Console, report: harness.Report) -> None:
     table = Table(
         title=f"vLLM, {report['model']} {report['dtype']}, {report['tokens']}-token pydoc "
         f"prompt: time to first token on D (recompute {report['recompute_s']:.2f} s, "
-        f"adaptive deadline {report['deadline_s']:.2f} s)"
+        f"adaptive deadline {report['deadline_s']:.2f} s; {report['cpu']}, "
+        f"{report['cpus']} CPUs)"
     )
     for column in ("method", "link", "TTFT s", "vs recompute", "KL", "same text", "chunks"):
         table.add_column(column, justify="right")

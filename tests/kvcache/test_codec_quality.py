@@ -11,6 +11,8 @@ that makes any text or place worse fails here.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -18,7 +20,7 @@ from bench.cachegen_baseline import cachegen_roundtrip
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
 from sidecar.kvcache.layout import KVLayout, iter_chunks
 from sidecar.models.corpus import TEXTS
-from sidecar.models.quality import LONG_RUN, PLACES, Place, evaluate, evaluate_at
+from sidecar.models.quality import LONG_RUN, PLACES, Place, Quality, evaluate_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -59,11 +61,20 @@ class CodecRoundTrip:
         return 2 * kv_elements / self.shipped
 
 
+@functools.cache
+def judged(name: str, text: str, place: Place) -> tuple[Quality, CodecRoundTrip]:
+    """A codec's quality at one text and place, and its round trip (bytes shipped): each
+    costs a model forward of up to 1024 tokens, so the tests below that judge the same
+    codec at the same place share one (the whole file runs in one process)."""
+    roundtrip = CodecRoundTrip(name)
+    return evaluate_at(roundtrip, text, place), roundtrip
+
+
 @pytest.mark.parametrize("name", CODEC_NAMES)
 @pytest.mark.parametrize("text", list(TEXTS))
 @pytest.mark.parametrize("place", PLACES, ids=lambda place: place.name)
 def test_kl_within_bound(name: str, text: str, place: Place) -> None:
-    quality = evaluate_at(CodecRoundTrip(name), text, place)
+    quality, _ = judged(name, text, place)
     assert quality.kl <= KL_BOUNDS[name]
 
 
@@ -75,13 +86,14 @@ def test_the_rotation_at_least_halves_int4s_kl() -> None:
         scale = (heads.abs().amax(dim=-1, keepdim=True) / 7).half().float().clamp_min(2**-24)
         return torch.round(heads / scale).clamp(-7, 7) * scale
 
-    rotated = evaluate_at(CodecRoundTrip("int4"), "pydoc", LONG_RUN)
+    rotated, _ = judged("int4", "pydoc", LONG_RUN)
     plain = evaluate_at(unrotated_int4, "pydoc", LONG_RUN)
     assert rotated.kl * 2 < plain.kl
 
 
 def test_ac_beats_cachegen_by_half_again_at_no_worse_kl() -> None:
-    ac = CodecRoundTrip("ac")
+    """Both on the pydoc text's long run."""
+    ac_quality, ac = judged("ac", "pydoc", LONG_RUN)
     baseline: dict[str, int] = {}
 
     def cachegen(kv: torch.Tensor) -> torch.Tensor:
@@ -90,8 +102,7 @@ def test_ac_beats_cachegen_by_half_again_at_no_worse_kl() -> None:
         baseline["elements"] = kv.numel()
         return result.kv
 
-    ac_quality = evaluate(ac)
-    cachegen_quality = evaluate(cachegen)
+    cachegen_quality = evaluate_at(cachegen, "pydoc", LONG_RUN)
     ac_ratio = ac.ratio_vs_fp16(baseline["elements"])
     cachegen_ratio = 2 * baseline["elements"] / baseline["bytes"]
     assert ac_ratio >= 5.5

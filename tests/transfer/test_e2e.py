@@ -22,8 +22,7 @@ from sidecar.transfer.subscriber import StopReason
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, layout_of, network, publisher_process, run
 
-# Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
-pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timing]
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 PUBLISHED = 640  # 5 chunks of 128
 
@@ -73,6 +72,7 @@ def test_loaded_cache_predicts_what_recompute_predicts(
         run(main)
 
 
+@pytest.mark.timing  # the relay's stall watch within the load's deadline: run alone
 def test_publisher_killed_mid_load(
     relay: RelayProcess,
     cert: CertificatePaths,
