@@ -26,7 +26,7 @@ GEOMETRIES = {
 """KV heads and head size: the demo's model, and the GPU check's Llama-3-8B geometry."""
 MIN_SPEEDUP = 1.5
 """Goal: the fast path copies at least this many times the gather's blocks/s, both ways, on
-every layout (measured 2-10x: `docs/benchmarks.md`, "vLLM block copies")."""
+every layout (docs/benchmarks.md keeps the measured figures)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -102,7 +102,7 @@ class BlockLayout:
     block_elements: int
     tiles: tuple[TiledPart, TiledPart] | None = None
     """K's and V's strided views when both fit one (every ISA seen): then the copies are
-    strided, 5x to 10x faster than gathering through `index` (`kvmoq bench layout`)."""
+    strided, several times faster than gathering through `index` (`kvmoq bench layout`)."""
 
     @classmethod
     def probe(cls, cache: torch.Tensor, isa: str, kv_cache_dtype: str = "auto") -> BlockLayout:
@@ -200,7 +200,7 @@ class BlockLayout:
 def _runs(blocks: torch.Tensor) -> list[tuple[int, int, int]]:
     """`blocks` as runs of consecutive block ids: (first, end, position in `blocks`). A copy
     per run rather than one indexed copy: strided copies of slices keep torch's fast loops,
-    where indexing a tiled view goes element by element (4x slower writes on AMX tiles)."""
+    where indexing a tiled view goes element by element (`kvmoq bench layout`)."""
     ids = blocks.tolist()
     runs: list[tuple[int, int, int]] = []
     for at, block in enumerate(ids):
