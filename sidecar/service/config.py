@@ -54,6 +54,13 @@ def _relay_url(text: str) -> str:
     return text
 
 
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         value = kind(text)
@@ -229,6 +236,15 @@ OPTIONS: tuple[Option, ...] = (
         "while a lookup or load waits on the relay: relay deaf to PINGs this long, session gone "
         "(the load ends RELAY_GONE, /readyz turns 503, the sidecar reconnects)",
     ),
+    Option(
+        "relay_wait",
+        _not_negative,
+        "2",
+        "S",
+        "a load whose relay session is lost waits this long (from the loss) for the sidecar to "
+        "reconnect and resume, then ends RELAY_GONE with what it wrote; a Load request may set "
+        "its own (relay_wait); 0: never wait",
+    ),
     Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
     Option(
         "quic_backend",
@@ -274,6 +290,7 @@ class SidecarConfig:
     drain_seconds: float
     relay_timeout: float
     relay_stall_timeout: float
+    relay_wait: float
     max_datagram_size: int
     quic_backend: BackendName
     shm_roots: tuple[Path, ...]

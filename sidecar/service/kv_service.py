@@ -82,10 +82,23 @@ class ServiceSettings:
     default_track: str = DEFAULT_TRACK
     load_seconds: float = 5.0
     """A load's time budget when the request sets no deadline."""
+    relay_wait: float = 2.0
+    """How long a load whose relay session was lost waits for it to come back (from the
+    loss) when the request sets no wait of its own."""
     max_request_tokens: int = 1 << 17
     max_buffer_sets: int = 64
     max_published_bytes: int = 4 << 30
     """KV copies and encoded tracks kept for published prompts; the oldest go first."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBudget:
+    """A load's time: `seconds` from its start to its deadline, and how long it waits for a
+    relay session lost mid-load to come back (`relay_wait`, counted from the loss); the
+    deadline bounds both."""
+
+    seconds: float
+    relay_wait: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,10 +346,11 @@ class KVService:
         deadline: float,
         tracks: Sequence[str] = (),
         held: int = 0,
+        relay_wait: float | None = None,
     ) -> AsyncIterator[LoadEvent]:
         """Each chunk as it is written, then the outcome; `deadline` in seconds from now.
         The load starts at the chunk that holds token `held`: the model server has the KV
-        of the tokens before it."""
+        of the tokens before it. `relay_wait`: see `LoadBudget` (None: the settings')."""
         buffers = self._request(set_id, token_ids)
         buffers.check(destination, len(token_ids))
         if not 0 <= held < len(token_ids):
@@ -358,7 +372,9 @@ class KVService:
                 buffers,
                 token_ids,
                 destination,
-                deadline,
+                LoadBudget(
+                    deadline, self.settings.relay_wait if relay_wait is None else relay_wait
+                ),
                 tuple(tracks) or QUALITY_ORDER,
                 held,
                 events.put_nowait,
@@ -384,7 +400,7 @@ class KVService:
         buffers: BufferSet,
         token_ids: Sequence[int],
         destination: Placement,
-        deadline: float,
+        budget: LoadBudget,
         quality_order: tuple[str, ...],
         held: int,
         emit: Callable[[LoadEvent | Exception], None],
@@ -413,7 +429,7 @@ class KVService:
         # LoadFinished (what was written) before its own deadline. The subscriber's own
         # deadline comes a margin earlier (`within`), so a load merely out of time ends
         # through it, with its result.
-        budget = asyncio.timeout(deadline)
+        bound = asyncio.timeout(budget.seconds)
         try:
             # What this sidecar published itself comes from its memory; the relay may have a
             # longer prompt (the query extends it), to load the rest from.
@@ -423,9 +439,9 @@ class KVService:
                 stop = self._load_local(local, write, held)
                 start = max(held, local.tokens)
             if self.link.subscriber is not None and start < len(token_ids):
-                async with budget:
+                async with bound:
                     await self._load_resuming(
-                        buffers, token_ids, write, deadline, quality_order, start, results, fetched
+                        buffers, token_ids, write, budget, quality_order, start, results, fetched
                     )
                 further = results[-1].stopped
                 if local is None or further is not StopReason.NOT_FOUND:
@@ -438,7 +454,7 @@ class KVService:
             # RELAY_GONE, not the deadline's fault.
             resuming = bool(results) and results[-1].stopped is StopReason.RELAY_GONE
             stop = (
-                StopReason.DEADLINE if budget.expired() and not resuming else StopReason.RELAY_GONE
+                StopReason.DEADLINE if bound.expired() and not resuming else StopReason.RELAY_GONE
             )
         except Exception as exc:
             emit(exc)
@@ -467,30 +483,31 @@ class KVService:
         buffers: BufferSet,
         token_ids: Sequence[int],
         write: KVSink,
-        deadline: float,
+        budget: LoadBudget,
         quality_order: tuple[str, ...],
         held: int,
         results: list[LoadResult],
         fetched: list[LoadedChunk],
     ) -> None:
         """Load through the relay session from the chunk that holds token `held`; when the
-        session is lost mid-load, wait for the link to reconnect and go on from the first
-        chunk not yet in place, until a load ends for another reason (bound it from
-        outside: the deadline). `results` gets each session's result, the last one saying
-        why the load ended, and `fetched` each chunk as it is written.
+        session is lost mid-load, wait up to `budget.relay_wait` for the link to reconnect
+        and go on from the first chunk not yet in place, until a load ends for another
+        reason (bound it from outside: the deadline). `results` gets each session's result,
+        the last one saying why the load ended, and `fetched` each chunk as it is written.
 
         A relay that restarted knows no prompt until their publishers have reconnected and
         announced them again, so after a loss NOT_FOUND means "not yet": tried again every
-        `RESUME_POLL_S` (and not recorded, so that a deadline met meanwhile says RELAY_GONE)."""
+        `RESUME_POLL_S` within the same wait (and not recorded, so that the load then ends
+        RELAY_GONE)."""
         first_chunk = held // self.link.chunk_size
         loop = asyncio.get_running_loop()
-        end = loop.time() + within(deadline)
+        end = loop.time() + within(budget.seconds)
         lost: KVSubscriber | None = None
+        give_up: float | None = None  # loop time, once a session is lost
         while True:
-            subscriber = await self.link.subscriber_when_up()
-            if subscriber is lost:  # the link has not seen its session end yet
-                await asyncio.sleep(RESUME_POLL_S)
-                continue
+            subscriber = await self._session_after(lost, give_up)
+            if subscriber is None:  # none came back in time: the last result says RELAY_GONE
+                return
             try:
                 result = await subscriber.load(
                     buffers.model,
@@ -504,6 +521,9 @@ class KVService:
             except (MoqtApiError, ConnectionError):
                 result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
             if lost is not None and result.stopped is StopReason.NOT_FOUND:
+                assert give_up is not None
+                if loop.time() + RESUME_POLL_S > give_up:
+                    return
                 await asyncio.sleep(RESUME_POLL_S)
                 continue
             results.append(result)
@@ -511,8 +531,23 @@ class KVService:
                 return
             in_place = [range(held), *(chunk.tokens for chunk in fetched)]
             first_chunk = leading_tokens(contiguous_spans(in_place)) // self.link.chunk_size
-            log.info("load_resuming", first_chunk=first_chunk)
+            log.info("load_resuming", first_chunk=first_chunk, wait=budget.relay_wait)
             lost = subscriber
+            give_up = loop.time() + budget.relay_wait
+
+    async def _session_after(
+        self, lost: KVSubscriber | None, give_up: float | None
+    ) -> KVSubscriber | None:
+        """The link's subscriber once it is up on a session other than `lost`; None if
+        none is by `give_up` (loop time; None: no bound but the caller's)."""
+        try:
+            async with asyncio.timeout_at(give_up):
+                while (subscriber := await self.link.subscriber_when_up()) is lost:
+                    # the link has not seen the lost session end yet
+                    await asyncio.sleep(RESUME_POLL_S)
+                return subscriber
+        except TimeoutError:
+            return None
 
     def _load_local(self, match: PrefixMatch, write: KVSink, held: int) -> StopReason:
         kv = self._local_kv[match.prompt.namespace()]

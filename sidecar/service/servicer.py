@@ -116,6 +116,7 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
                     self._deadline(request, context),
                     request.tracks,
                     request.held_tokens,
+                    _relay_wait(request),
                 )
             )
             async with events as progress:
@@ -146,6 +147,16 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
             # DEADLINE_EXCEEDED with no word of what was written.
             budgets.append(within(remaining))
         return min(budgets) if budgets else self.service.settings.load_seconds
+
+
+def _relay_wait(request: pb.LoadRequest) -> float | None:
+    """The request's wait for a lost relay session, in seconds; None: the sidecar's."""
+    if not request.HasField("relay_wait"):
+        return None
+    seconds = request.relay_wait.ToNanoseconds() / 1e9
+    if seconds < 0:
+        raise InvalidArgument(f"relay_wait is {seconds:.3f} s: a wait is >= 0")
+    return seconds
 
 
 @asynccontextmanager

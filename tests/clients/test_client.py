@@ -25,6 +25,7 @@ from kvmoq_client import (
 )
 from kvmoq_client.buffers import KVBuffers, allocate_shared_kv
 from kvmoq_client.client import RECONNECT_WITHIN_S
+from kvmoq_client.requests import load_request
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.demo.children import Children
@@ -114,6 +115,16 @@ def test_refusals_arrive_as_typed_exceptions(decode: SidecarProcess, shm: Path) 
             client.publish(set_id, PROMPT, token_slots(0, len(PROMPT)))
         assert "16 slots" in refused.value.details
         client.unregister_buffers(set_id)
+
+
+def test_a_relay_wait_goes_into_the_request_as_a_duration_and_is_checked() -> None:
+    where = token_slots(0, 4)
+    assert not load_request("set", [1, 2, 3, 4], where, ()).HasField("relay_wait")
+    request = load_request("set", [1, 2, 3, 4], where, (), relay_wait=2.5)
+    assert request.relay_wait.ToNanoseconds() == 2_500_000_000
+    for bad in (-0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="relay_wait"):
+            load_request("set", [1, 2, 3, 4], where, (), relay_wait=bad)
 
 
 def test_no_sidecar_is_unavailable_unless_the_client_waits_for_one(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 import torch
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -161,6 +162,23 @@ def test_destination_blocks_outside_the_buffers_are_refused(
     refused(lambda: load_into(token_range(0, 20)), invalid, "block list")
     refused(lambda: load_into(pb.KVLocation()), invalid, "destination")
     assert not any(tensor.any() for tensor in buffers.keys + buffers.values)
+
+
+def test_a_negative_relay_wait_is_refused(
+    sidecar: SidecarProcess, paged: tuple[str, PagedKV]
+) -> None:
+    set_id, _ = paged
+    request = pb.LoadRequest(
+        buffer_set_id=set_id,
+        token_ids=list(range(20)),
+        destination=blocks(1, 2, 3),
+        relay_wait=Duration(seconds=-1),
+    )
+    refused(
+        lambda: sidecar.stub.Load(request, timeout=30),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "relay_wait is -1.000 s",
+    )
 
 
 def test_token_ranges_outside_contiguous_buffers_are_refused(

@@ -63,6 +63,16 @@ def test_codecs_run_on_one_torch_thread_unless_told() -> None:
         config([*base, "--codec-threads", "0"])
 
 
+def test_a_load_waits_two_seconds_for_a_lost_relay_unless_told() -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    assert config(base).relay_wait == 2.0
+    assert config(base, {"KVMOQ_RELAY_WAIT": "0"}).relay_wait == 0.0
+    assert config([*base, "--relay-wait", "7.5"]).relay_wait == 7.5
+    for bad in ("-1", "inf", "nan", "soon"):
+        with pytest.raises(ConfigError, match="--relay-wait"):
+            config([*base, "--relay-wait", bad])
+
+
 def test_the_kv_api_on_the_probe_port_and_the_token_file_are_opt_in(tmp_path: Path) -> None:
     base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
     got = config(base)

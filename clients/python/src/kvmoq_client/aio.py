@@ -131,10 +131,11 @@ class AsyncKVCacheClient:
         tracks: Sequence[str] = (),
         timeout: float | None = None,
         held_tokens: int = 0,
+        relay_wait: float | None = None,
     ) -> AsyncLoad:
         """Start loading the longest available prefix into `destination` (see `KVCacheClient.load`)."""
         call = self._stub.Load(
-            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens),
+            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait),
             timeout=self._timeout if timeout is None else timeout,
             wait_for_ready=self._wait_for_ready,
         )

@@ -132,6 +132,7 @@ class KVCacheClient(ClosesOnExit):
         tracks: Sequence[str] = (),
         timeout: float | None = None,
         held_tokens: int = 0,
+        relay_wait: float | None = None,
     ) -> Load:
         """Start loading the longest available prefix into `destination`.
 
@@ -139,9 +140,11 @@ class KVCacheClient(ClosesOnExit):
         against: chunks that cannot arrive in time are left for the model server to compute.
         `held_tokens`: leading tokens whose KV the model server has already (its own prefix
         cache); the load starts at the chunk that holds the first token after them.
+        `relay_wait`: seconds to wait for a relay session lost mid-load to come back and
+        resume (else the sidecar's `--relay-wait`); past it the load ends RELAY_GONE.
         """
         call = self._stub.Load(
-            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens),
+            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait),
             timeout=self._timeout if timeout is None else timeout,
             wait_for_ready=self._wait_for_ready,
         )

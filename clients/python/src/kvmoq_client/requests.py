@@ -43,14 +43,20 @@ def load_request(
     destination: kv_cache_pb2.KVLocation,
     tracks: Sequence[str],
     held_tokens: int = 0,
+    relay_wait: float | None = None,
 ) -> kv_cache_pb2.LoadRequest:
-    return kv_cache_pb2.LoadRequest(
+    request = kv_cache_pb2.LoadRequest(
         buffer_set_id=buffer_set_id,
         token_ids=list(token_ids),
         destination=destination,
         tracks=list(tracks),
         held_tokens=held_tokens,
     )
+    if relay_wait is not None:
+        if not 0 <= relay_wait < float("inf"):
+            raise ValueError(f"relay_wait is seconds >= 0, got {relay_wait}")
+        request.relay_wait.FromNanoseconds(round(relay_wait * 1e9))
+    return request
 
 
 def no_finish(buffer_set_id: str) -> str:

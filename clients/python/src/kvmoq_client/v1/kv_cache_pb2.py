@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from kvmoq_client.v1 import tensor_handle_pb2 as kvmoq_dot_v1_dot_tensor__handle__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kvmoq/v1/kv_cache.proto\x12\x08kvmoq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ckvmoq/v1/tensor_handle.proto\"f\n\x08KVLayout\x12\x12\n\nnum_layers\x18\x01 \x01(\r\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\r\x12\x10\n\x08head_dim\x18\x03 \x01(\r\x12\x1e\n\x05\x64type\x18\x04 \x01(\x0e\x32\x0f.kvmoq.v1.DType\"&\n\x10\x43ontiguousLayout\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\"5\n\x0bPagedLayout\x12\x12\n\nblock_size\x18\x01 \x01(\r\x12\x12\n\nnum_blocks\x18\x02 \x01(\r\"a\n\x08KVBuffer\x12\r\n\x05layer\x18\x01 \x01(\r\x12\x1e\n\x04part\x18\x02 \x01(\x0e\x32\x10.kvmoq.v1.KVPart\x12&\n\x06handle\x18\x03 \x01(\x0b\x32\x16.kvmoq.v1.TensorHandle\"\xd9\x01\n\x16RegisterBuffersRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\"\n\x06layout\x18\x02 \x01(\x0b\x32\x12.kvmoq.v1.KVLayout\x12\x30\n\ncontiguous\x18\x03 \x01(\x0b\x32\x1a.kvmoq.v1.ContiguousLayoutH\x00\x12&\n\x05paged\x18\x04 \x01(\x0b\x32\x15.kvmoq.v1.PagedLayoutH\x00\x12#\n\x07\x62uffers\x18\x05 \x03(\x0b\x32\x12.kvmoq.v1.KVBufferB\r\n\x0b\x61rrangement\"0\n\x17RegisterBuffersResponse\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\"1\n\x18UnregisterBuffersRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\"\x1b\n\x19UnregisterBuffersResponse\"(\n\nTokenRange\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"\x1e\n\tBlockList\x12\x11\n\tblock_ids\x18\x01 \x03(\r\"l\n\nKVLocation\x12+\n\x0btoken_range\x18\x01 \x01(\x0b\x32\x14.kvmoq.v1.TokenRangeH\x00\x12%\n\x06\x62locks\x18\x02 \x01(\x0b\x32\x13.kvmoq.v1.BlockListH\x00\x42\n\n\x08location\"\x87\x01\n\x0ePublishRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12$\n\x06source\x18\x03 \x01(\x0b\x32\x14.kvmoq.v1.KVLocation\x12\x0e\n\x06tracks\x18\x04 \x03(\t\x12\x15\n\rdefault_track\x18\x05 \x01(\t\"W\n\x0fPublishResponse\x12\x11\n\tprompt_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x03(\t\x12\x0e\n\x06tracks\x18\x03 \x03(\t\x12\x0e\n\x06\x63hunks\x18\x04 \x01(\r\"9\n\rLookupRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\"\x94\x01\n\x0eLookupResponse\x12\x18\n\x10\x61vailable_tokens\x18\x01 \x01(\r\x12\x14\n\x0cready_tokens\x18\x02 \x01(\r\x12\x11\n\tprompt_id\x18\x03 \x01(\t\x12\x11\n\trelay_url\x18\x04 \x01(\t\x12\x19\n\x11\x65stimated_seconds\x18\x05 \x01(\x01\x12\x11\n\twithdrawn\x18\x06 \x01(\x08\"\xb5\x01\n\x0bLoadRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12)\n\x0b\x64\x65stination\x18\x03 \x01(\x0b\x32\x14.kvmoq.v1.KVLocation\x12,\n\x08\x64\x65\x61\x64line\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tracks\x18\x05 \x03(\t\x12\x13\n\x0bheld_tokens\x18\x06 \x01(\r\"r\n\x0cLoadProgress\x12-\n\x0c\x63hunk_loaded\x18\x01 \x01(\x0b\x32\x15.kvmoq.v1.ChunkLoadedH\x00\x12*\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x16.kvmoq.v1.LoadFinishedH\x00\x42\x07\n\x05\x65vent\"3\n\x0b\x43hunkLoaded\x12$\n\x06tokens\x18\x01 \x01(\x0b\x32\x14.kvmoq.v1.TokenRange\"c\n\rChunkRejected\x12\r\n\x05\x63hunk\x18\x01 \x01(\r\x12$\n\x06tokens\x18\x02 \x01(\x0b\x32\x14.kvmoq.v1.TokenRange\x12\r\n\x05track\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xd6\x02\n\x0cLoadFinished\x12$\n\x06loaded\x18\x01 \x03(\x0b\x32\x14.kvmoq.v1.TokenRange\x12\x15\n\rprefix_tokens\x18\x02 \x01(\r\x12\x16\n\x0e\x63ompute_tokens\x18\x03 \x01(\r\x12)\n\x0bstop_reason\x18\x04 \x01(\x0e\x32\x14.kvmoq.v1.StopReason\x12)\n\x08rejected\x18\x05 \x03(\x0b\x32\x17.kvmoq.v1.ChunkRejected\x12\x11\n\tprompt_id\x18\x06 \x01(\t\x12\x18\n\x10\x61vailable_tokens\x18\x07 \x01(\r\x12;\n\x0btrack_bytes\x18\x08 \x03(\x0b\x32&.kvmoq.v1.LoadFinished.TrackBytesEntry\x1a\x31\n\x0fTrackBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01*\\\n\x06KVPart\x12\x17\n\x13KV_PART_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKV_PART_KEY\x10\x01\x12\x11\n\rKV_PART_VALUE\x10\x02\x12\x15\n\x11KV_PART_KEY_VALUE\x10\x03*\xf0\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14STOP_REASON_COMPLETE\x10\x01\x12\x19\n\x15STOP_REASON_NOT_FOUND\x10\x02\x12\x18\n\x14STOP_REASON_DEADLINE\x10\x03\x12\x1e\n\x1aSTOP_REASON_PUBLISHER_GONE\x10\x04\x12\x1f\n\x1bSTOP_REASON_CATALOG_INVALID\x10\x05\x12\x1a\n\x16STOP_REASON_RELAY_GONE\x10\x06\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x07\x32\xfc\x02\n\x0eKVCacheService\x12V\n\x0fRegisterBuffers\x12 .kvmoq.v1.RegisterBuffersRequest\x1a!.kvmoq.v1.RegisterBuffersResponse\x12\\\n\x11UnregisterBuffers\x12\".kvmoq.v1.UnregisterBuffersRequest\x1a#.kvmoq.v1.UnregisterBuffersResponse\x12>\n\x07Publish\x12\x18.kvmoq.v1.PublishRequest\x1a\x19.kvmoq.v1.PublishResponse\x12;\n\x06Lookup\x12\x17.kvmoq.v1.LookupRequest\x1a\x18.kvmoq.v1.LookupResponse\x12\x37\n\x04Load\x12\x15.kvmoq.v1.LoadRequest\x1a\x16.kvmoq.v1.LoadProgress0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kvmoq/v1/kv_cache.proto\x12\x08kvmoq.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ckvmoq/v1/tensor_handle.proto\"f\n\x08KVLayout\x12\x12\n\nnum_layers\x18\x01 \x01(\r\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\r\x12\x10\n\x08head_dim\x18\x03 \x01(\r\x12\x1e\n\x05\x64type\x18\x04 \x01(\x0e\x32\x0f.kvmoq.v1.DType\"&\n\x10\x43ontiguousLayout\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\"5\n\x0bPagedLayout\x12\x12\n\nblock_size\x18\x01 \x01(\r\x12\x12\n\nnum_blocks\x18\x02 \x01(\r\"a\n\x08KVBuffer\x12\r\n\x05layer\x18\x01 \x01(\r\x12\x1e\n\x04part\x18\x02 \x01(\x0e\x32\x10.kvmoq.v1.KVPart\x12&\n\x06handle\x18\x03 \x01(\x0b\x32\x16.kvmoq.v1.TensorHandle\"\xd9\x01\n\x16RegisterBuffersRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\"\n\x06layout\x18\x02 \x01(\x0b\x32\x12.kvmoq.v1.KVLayout\x12\x30\n\ncontiguous\x18\x03 \x01(\x0b\x32\x1a.kvmoq.v1.ContiguousLayoutH\x00\x12&\n\x05paged\x18\x04 \x01(\x0b\x32\x15.kvmoq.v1.PagedLayoutH\x00\x12#\n\x07\x62uffers\x18\x05 \x03(\x0b\x32\x12.kvmoq.v1.KVBufferB\r\n\x0b\x61rrangement\"0\n\x17RegisterBuffersResponse\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\"1\n\x18UnregisterBuffersRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\"\x1b\n\x19UnregisterBuffersResponse\"(\n\nTokenRange\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"\x1e\n\tBlockList\x12\x11\n\tblock_ids\x18\x01 \x03(\r\"l\n\nKVLocation\x12+\n\x0btoken_range\x18\x01 \x01(\x0b\x32\x14.kvmoq.v1.TokenRangeH\x00\x12%\n\x06\x62locks\x18\x02 \x01(\x0b\x32\x13.kvmoq.v1.BlockListH\x00\x42\n\n\x08location\"\x87\x01\n\x0ePublishRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12$\n\x06source\x18\x03 \x01(\x0b\x32\x14.kvmoq.v1.KVLocation\x12\x0e\n\x06tracks\x18\x04 \x03(\t\x12\x15\n\rdefault_track\x18\x05 \x01(\t\"W\n\x0fPublishResponse\x12\x11\n\tprompt_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x03(\t\x12\x0e\n\x06tracks\x18\x03 \x03(\t\x12\x0e\n\x06\x63hunks\x18\x04 \x01(\r\"9\n\rLookupRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\"\x94\x01\n\x0eLookupResponse\x12\x18\n\x10\x61vailable_tokens\x18\x01 \x01(\r\x12\x14\n\x0cready_tokens\x18\x02 \x01(\r\x12\x11\n\tprompt_id\x18\x03 \x01(\t\x12\x11\n\trelay_url\x18\x04 \x01(\t\x12\x19\n\x11\x65stimated_seconds\x18\x05 \x01(\x01\x12\x11\n\twithdrawn\x18\x06 \x01(\x08\"\xe4\x01\n\x0bLoadRequest\x12\x15\n\rbuffer_set_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12)\n\x0b\x64\x65stination\x18\x03 \x01(\x0b\x32\x14.kvmoq.v1.KVLocation\x12,\n\x08\x64\x65\x61\x64line\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tracks\x18\x05 \x03(\t\x12\x13\n\x0bheld_tokens\x18\x06 \x01(\r\x12-\n\nrelay_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"r\n\x0cLoadProgress\x12-\n\x0c\x63hunk_loaded\x18\x01 \x01(\x0b\x32\x15.kvmoq.v1.ChunkLoadedH\x00\x12*\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x16.kvmoq.v1.LoadFinishedH\x00\x42\x07\n\x05\x65vent\"3\n\x0b\x43hunkLoaded\x12$\n\x06tokens\x18\x01 \x01(\x0b\x32\x14.kvmoq.v1.TokenRange\"c\n\rChunkRejected\x12\r\n\x05\x63hunk\x18\x01 \x01(\r\x12$\n\x06tokens\x18\x02 \x01(\x0b\x32\x14.kvmoq.v1.TokenRange\x12\r\n\x05track\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xd6\x02\n\x0cLoadFinished\x12$\n\x06loaded\x18\x01 \x03(\x0b\x32\x14.kvmoq.v1.TokenRange\x12\x15\n\rprefix_tokens\x18\x02 \x01(\r\x12\x16\n\x0e\x63ompute_tokens\x18\x03 \x01(\r\x12)\n\x0bstop_reason\x18\x04 \x01(\x0e\x32\x14.kvmoq.v1.StopReason\x12)\n\x08rejected\x18\x05 \x03(\x0b\x32\x17.kvmoq.v1.ChunkRejected\x12\x11\n\tprompt_id\x18\x06 \x01(\t\x12\x18\n\x10\x61vailable_tokens\x18\x07 \x01(\r\x12;\n\x0btrack_bytes\x18\x08 \x03(\x0b\x32&.kvmoq.v1.LoadFinished.TrackBytesEntry\x1a\x31\n\x0fTrackBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01*\\\n\x06KVPart\x12\x17\n\x13KV_PART_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKV_PART_KEY\x10\x01\x12\x11\n\rKV_PART_VALUE\x10\x02\x12\x15\n\x11KV_PART_KEY_VALUE\x10\x03*\xf0\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14STOP_REASON_COMPLETE\x10\x01\x12\x19\n\x15STOP_REASON_NOT_FOUND\x10\x02\x12\x18\n\x14STOP_REASON_DEADLINE\x10\x03\x12\x1e\n\x1aSTOP_REASON_PUBLISHER_GONE\x10\x04\x12\x1f\n\x1bSTOP_REASON_CATALOG_INVALID\x10\x05\x12\x1a\n\x16STOP_REASON_RELAY_GONE\x10\x06\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x07\x32\xfc\x02\n\x0eKVCacheService\x12V\n\x0fRegisterBuffers\x12 .kvmoq.v1.RegisterBuffersRequest\x1a!.kvmoq.v1.RegisterBuffersResponse\x12\\\n\x11UnregisterBuffers\x12\".kvmoq.v1.UnregisterBuffersRequest\x1a#.kvmoq.v1.UnregisterBuffersResponse\x12>\n\x07Publish\x12\x18.kvmoq.v1.PublishRequest\x1a\x19.kvmoq.v1.PublishResponse\x12;\n\x06Lookup\x12\x17.kvmoq.v1.LookupRequest\x1a\x18.kvmoq.v1.LookupResponse\x12\x37\n\x04Load\x12\x15.kvmoq.v1.LoadRequest\x1a\x16.kvmoq.v1.LoadProgress0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,52 +36,52 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOADFINISHED_TRACKBYTESENTRY']._loaded_options = None
   _globals['_LOADFINISHED_TRACKBYTESENTRY']._serialized_options = b'8\001'
-  _globals['_KVPART']._serialized_start=2168
-  _globals['_KVPART']._serialized_end=2260
-  _globals['_STOPREASON']._serialized_start=2263
-  _globals['_STOPREASON']._serialized_end=2503
-  _globals['_KVLAYOUT']._serialized_start=100
-  _globals['_KVLAYOUT']._serialized_end=202
-  _globals['_CONTIGUOUSLAYOUT']._serialized_start=204
-  _globals['_CONTIGUOUSLAYOUT']._serialized_end=242
-  _globals['_PAGEDLAYOUT']._serialized_start=244
-  _globals['_PAGEDLAYOUT']._serialized_end=297
-  _globals['_KVBUFFER']._serialized_start=299
-  _globals['_KVBUFFER']._serialized_end=396
-  _globals['_REGISTERBUFFERSREQUEST']._serialized_start=399
-  _globals['_REGISTERBUFFERSREQUEST']._serialized_end=616
-  _globals['_REGISTERBUFFERSRESPONSE']._serialized_start=618
-  _globals['_REGISTERBUFFERSRESPONSE']._serialized_end=666
-  _globals['_UNREGISTERBUFFERSREQUEST']._serialized_start=668
-  _globals['_UNREGISTERBUFFERSREQUEST']._serialized_end=717
-  _globals['_UNREGISTERBUFFERSRESPONSE']._serialized_start=719
-  _globals['_UNREGISTERBUFFERSRESPONSE']._serialized_end=746
-  _globals['_TOKENRANGE']._serialized_start=748
-  _globals['_TOKENRANGE']._serialized_end=788
-  _globals['_BLOCKLIST']._serialized_start=790
-  _globals['_BLOCKLIST']._serialized_end=820
-  _globals['_KVLOCATION']._serialized_start=822
-  _globals['_KVLOCATION']._serialized_end=930
-  _globals['_PUBLISHREQUEST']._serialized_start=933
-  _globals['_PUBLISHREQUEST']._serialized_end=1068
-  _globals['_PUBLISHRESPONSE']._serialized_start=1070
-  _globals['_PUBLISHRESPONSE']._serialized_end=1157
-  _globals['_LOOKUPREQUEST']._serialized_start=1159
-  _globals['_LOOKUPREQUEST']._serialized_end=1216
-  _globals['_LOOKUPRESPONSE']._serialized_start=1219
-  _globals['_LOOKUPRESPONSE']._serialized_end=1367
-  _globals['_LOADREQUEST']._serialized_start=1370
-  _globals['_LOADREQUEST']._serialized_end=1551
-  _globals['_LOADPROGRESS']._serialized_start=1553
-  _globals['_LOADPROGRESS']._serialized_end=1667
-  _globals['_CHUNKLOADED']._serialized_start=1669
-  _globals['_CHUNKLOADED']._serialized_end=1720
-  _globals['_CHUNKREJECTED']._serialized_start=1722
-  _globals['_CHUNKREJECTED']._serialized_end=1821
-  _globals['_LOADFINISHED']._serialized_start=1824
-  _globals['_LOADFINISHED']._serialized_end=2166
-  _globals['_LOADFINISHED_TRACKBYTESENTRY']._serialized_start=2117
-  _globals['_LOADFINISHED_TRACKBYTESENTRY']._serialized_end=2166
-  _globals['_KVCACHESERVICE']._serialized_start=2506
-  _globals['_KVCACHESERVICE']._serialized_end=2886
+  _globals['_KVPART']._serialized_start=2247
+  _globals['_KVPART']._serialized_end=2339
+  _globals['_STOPREASON']._serialized_start=2342
+  _globals['_STOPREASON']._serialized_end=2582
+  _globals['_KVLAYOUT']._serialized_start=132
+  _globals['_KVLAYOUT']._serialized_end=234
+  _globals['_CONTIGUOUSLAYOUT']._serialized_start=236
+  _globals['_CONTIGUOUSLAYOUT']._serialized_end=274
+  _globals['_PAGEDLAYOUT']._serialized_start=276
+  _globals['_PAGEDLAYOUT']._serialized_end=329
+  _globals['_KVBUFFER']._serialized_start=331
+  _globals['_KVBUFFER']._serialized_end=428
+  _globals['_REGISTERBUFFERSREQUEST']._serialized_start=431
+  _globals['_REGISTERBUFFERSREQUEST']._serialized_end=648
+  _globals['_REGISTERBUFFERSRESPONSE']._serialized_start=650
+  _globals['_REGISTERBUFFERSRESPONSE']._serialized_end=698
+  _globals['_UNREGISTERBUFFERSREQUEST']._serialized_start=700
+  _globals['_UNREGISTERBUFFERSREQUEST']._serialized_end=749
+  _globals['_UNREGISTERBUFFERSRESPONSE']._serialized_start=751
+  _globals['_UNREGISTERBUFFERSRESPONSE']._serialized_end=778
+  _globals['_TOKENRANGE']._serialized_start=780
+  _globals['_TOKENRANGE']._serialized_end=820
+  _globals['_BLOCKLIST']._serialized_start=822
+  _globals['_BLOCKLIST']._serialized_end=852
+  _globals['_KVLOCATION']._serialized_start=854
+  _globals['_KVLOCATION']._serialized_end=962
+  _globals['_PUBLISHREQUEST']._serialized_start=965
+  _globals['_PUBLISHREQUEST']._serialized_end=1100
+  _globals['_PUBLISHRESPONSE']._serialized_start=1102
+  _globals['_PUBLISHRESPONSE']._serialized_end=1189
+  _globals['_LOOKUPREQUEST']._serialized_start=1191
+  _globals['_LOOKUPREQUEST']._serialized_end=1248
+  _globals['_LOOKUPRESPONSE']._serialized_start=1251
+  _globals['_LOOKUPRESPONSE']._serialized_end=1399
+  _globals['_LOADREQUEST']._serialized_start=1402
+  _globals['_LOADREQUEST']._serialized_end=1630
+  _globals['_LOADPROGRESS']._serialized_start=1632
+  _globals['_LOADPROGRESS']._serialized_end=1746
+  _globals['_CHUNKLOADED']._serialized_start=1748
+  _globals['_CHUNKLOADED']._serialized_end=1799
+  _globals['_CHUNKREJECTED']._serialized_start=1801
+  _globals['_CHUNKREJECTED']._serialized_end=1900
+  _globals['_LOADFINISHED']._serialized_start=1903
+  _globals['_LOADFINISHED']._serialized_end=2245
+  _globals['_LOADFINISHED_TRACKBYTESENTRY']._serialized_start=2196
+  _globals['_LOADFINISHED_TRACKBYTESENTRY']._serialized_end=2245
+  _globals['_KVCACHESERVICE']._serialized_start=2585
+  _globals['_KVCACHESERVICE']._serialized_end=2965
 # @@protoc_insertion_point(module_scope)
