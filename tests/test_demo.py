@@ -154,19 +154,19 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
     assert processes_with_marker(marker) == []
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
-def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
-    """What `kvmoq demo --keep` does after it printed how to call its services: wait on its
-    children (each in a session of its own, so a Ctrl-C does not reach them) until stopped.
-    Child 'two' starts a process of its own, as a vLLM engine does: it goes too."""
-    marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
+def parent_of_two_children(marker: str, *, grandchild: bool) -> subprocess.Popen[str]:
+    """A process that runs children 'one' and 'two' under `Children` and waits on them, as
+    `kvmoq demo --keep` does once it printed how to call its services (each child in a
+    session of its own, so a Ctrl-C does not reach it); with `grandchild`, 'two' starts a
+    process of its own, as a vLLM engine does. Returns once the parent waits."""
     key, value = marker.split("=")
     sleeper = '[sys.executable, "-c", "import time; time.sleep(600)"]'
+    extra = "subprocess.Popen(" + sleeper + "); " if grandchild else ""
     script = (
         "import sys\n"
-        "from sidecar.demo.children import Children, python_module\n"
+        "from sidecar.demo.children import Children\n"
         "with Children() as children:\n"
-        "    for name, extra in (('one', ''), ('two', 'subprocess.Popen(" + sleeper + "); ')):\n"
+        "    for name, extra in (('one', ''), ('two', " + repr(extra) + ")):\n"
         "        children.start(name, [sys.executable, '-c', "
         "'import subprocess, sys, time; ' + extra + "
         "'print(\"ready\", flush=True); time.sleep(600)'], "
@@ -180,52 +180,42 @@ def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
         text=True,
         env={**os.environ, key: value},
     )
+    assert parent.stdout is not None
+    assert parent.stdout.readline() == "waiting\n"
+    return parent
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
+    """The parent stops its children, and the grandchild goes with its child's group."""
+    marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
+    parent = parent_of_two_children(marker, grandchild=True)
     try:
-        assert parent.stdout is not None
-        assert parent.stdout.readline() == "waiting\n"
         assert len(processes_with_marker(marker)) == 4
         parent.send_signal(stop)
         assert parent.wait(60) != 0
+        assert processes_with_marker(marker) == []
     finally:
         if parent.poll() is None:
             parent.kill()
-    assert processes_with_marker(marker) == []
+        stop_marked(marker)  # only what a failed assertion left
 
 
 def test_children_stop_when_the_parent_is_killed_outright() -> None:
     """A parent killed with SIGKILL (a test's timeout, the OOM killer) runs no exit code:
     its children still stop, told by the kernel (`PR_SET_PDEATHSIG`)."""
     marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
-    key, value = marker.split("=")
-    script = (
-        "import sys\n"
-        "from sidecar.demo.children import Children\n"
-        "with Children() as children:\n"
-        "    for name in ('one', 'two'):\n"
-        "        children.start(name, [sys.executable, '-c', "
-        "'import time; print(\"ready\", flush=True); time.sleep(600)'], "
-        "ready_prefix='ready', timeout=30)\n"
-        "    print('waiting', flush=True)\n"
-        "    children.wait_any()\n"
-    )
-    parent = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, key: value},
-    )
+    parent = parent_of_two_children(marker, grandchild=False)
     try:
-        assert parent.stdout is not None
-        assert parent.stdout.readline() == "waiting\n"
         assert len(processes_with_marker(marker)) == 3
         parent.kill()
         parent.wait(30)
         end = time.monotonic() + 30
         while processes_with_marker(marker) and time.monotonic() < end:
             time.sleep(0.1)
+        assert processes_with_marker(marker) == []
     finally:
         stop_marked(marker)
-    assert processes_with_marker(marker) == []
 
 
 @pytest.mark.model

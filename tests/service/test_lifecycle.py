@@ -86,6 +86,17 @@ class LoadUnderWay:
         """Every message of the load, LoadFinished last."""
         return [self.first, *self.rest.result(timeout=timeout)]
 
+    def cut_short(self, timeout: float) -> tuple[pb.LoadFinished, int, int]:
+        """LoadFinished of a load that ended part way, the tokens its progress reported and
+        the count of its ChunkLoaded messages, once checked that LoadFinished lists exactly
+        those tokens and that they are written as published."""
+        *progress, last = self.messages(timeout)
+        written = sum(m.chunk_loaded.tokens.end - m.chunk_loaded.tokens.start for m in progress)
+        assert 0 < written < BIG_PROMPT
+        assert spans(last.finished.loaded) == [(0, written)]
+        assert torch.equal(self.destination.get(0, written), self.kv[:, :, :written])
+        return last.finished, written, len(progress)
+
 
 @contextmanager
 def a_big_load_under_way(
@@ -314,14 +325,9 @@ def test_a_relay_killed_mid_load_ends_it_after_the_relay_wait(
     with a_big_load_under_way(cert, shm, 4, timeout=120, **request) as load:
         killed = time.monotonic()
         load.relay.process.kill()
-        *progress, last = load.messages(60)
+        finished, _, _ = load.cut_short(60)
         ended = time.monotonic() - killed
-        finished = last.finished
-        written = sum(m.chunk_loaded.tokens.end - m.chunk_loaded.tokens.start for m in progress)
         assert finished.stop_reason == pb.STOP_REASON_RELAY_GONE, finished
-        assert 0 < written < BIG_PROMPT
-        assert spans(finished.loaded) == [(0, written)]
-        assert torch.equal(load.destination.get(0, written), load.kv[:, :, :written])
         assert waits < ended < waits + 4.0, ended
         print(f"relay killed: LoadFinished after {ended:.2f} s (relay wait {waits} s)")
 
@@ -392,15 +398,10 @@ def test_a_load_out_of_time_mid_way_accounts_for_every_chunk_it_wrote(
         cert, shm, 3, decoder_flags=PATIENT, tracks=["fp16"], timeout=4
     ) as load:
         with load.relay.frozen():
-            *progress, last = load.messages(30)
-        finished = last.finished
-        written = sum(m.chunk_loaded.tokens.end - m.chunk_loaded.tokens.start for m in progress)
+            finished, written, chunks = load.cut_short(30)
         assert finished.stop_reason == pb.STOP_REASON_DEADLINE, finished
-        assert 0 < written < BIG_PROMPT
-        assert spans(finished.loaded) == [(0, written)]
-        assert torch.equal(load.destination.get(0, written), load.kv[:, :, :written])
         assert finished.track_bytes["fp16"] >= written * BIG.fp16_bytes_per_token
-        assert load.decoder.metric("kvmoq_loaded_chunks_total", track="fp16") == len(progress)
+        assert load.decoder.metric("kvmoq_loaded_chunks_total", track="fp16") == chunks
         logged = load.decoder.wait_log("load_finished", stop="deadline")
         assert logged["loaded"] == [[0, written]]
 
