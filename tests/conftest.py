@@ -40,9 +40,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # One torch thread per worker: with two workers on two cores, torch's default of two
     # threads each made them wait on each other at every op (model tests ran 3x slower).
     # The same for every process a test starts (a bench, a model server, a vLLM engine):
-    # they inherit OMP_NUM_THREADS, which torch reads at start.
+    # they inherit OMP_NUM_THREADS, which torch reads at start. vLLM's CPU worker binds its
+    # own OpenMP threads, one to each core, unless told not to: with a core busy elsewhere
+    # the vLLM tests took twice as long bound.
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
