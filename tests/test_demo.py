@@ -5,6 +5,7 @@ left running answer, and Ctrl-C or SIGTERM stops every one."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import queue
@@ -245,6 +246,44 @@ def test_a_model_server_stops_on_sigterm_while_waiting_on_its_sidecar(tmp_path: 
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_the_demo_table_keeps_every_name_and_column_in_80_columns(tmp_path: Path) -> None:
+    """Piped or logged, rich gives the table 80 columns: names wrap, nothing is cut."""
+    from rich.console import Console
+
+    from sidecar.commands.demo import _show
+
+    def row(loaded: int, used: dict[str, int]) -> dict[str, Any]:
+        return {
+            "load_s": 0.26, "wire_bytes": 18.2e6, "ratio_vs_fp16": 1.3, "loaded_tokens": loaded,
+            "compute_s": 0.1, "speedup_vs_recompute": 4.1, "kl": 1.18e-2, "top1": 0.954,
+            "same_text": True, "tracks_used": used, "stopped": "STOP_REASON_DEADLINE",
+        }  # fmt: skip
+
+    tracks = {name: row(1024, {name: 1024}) for name in ("fp16", "int8", "ac")}
+    tracks["adaptive"] = row(896, {"ac": 1, "fp16": 2, "int8": 3})
+    report = {
+        "tokens": 1024, "recompute_s": 1.07, "tracks": tracks,
+        "prefix_reuse": {
+            "prompt_tokens": 1224, "reused_tokens": 1024, "computed_tokens": 200, "load_s": 0.14,
+            "compute_s": 0.35, "recompute_s": 1.28, "same_text": True,
+        },
+        "sidecars": {
+            "prefill": {"published_bytes": {"fp16": 1e6}},
+            "decode": {"loaded_bytes": {"fp16": 1e6}},
+        },
+    }  # fmt: skip
+    out = io.StringIO()
+    _show(Console(file=out, width=80), report, tmp_path)
+    text = out.getvalue()
+    assert "…" not in text, text
+    assert max(map(len, text.splitlines())) <= 80
+    words = text.split()
+    for word in ("fp16", "int8", "ac", "adaptive", "(ac,", "fp16,", "int8)", "+128", "computed"):
+        assert word in words, (word, text)
+    for header in ("track", "wire", "vs", "load", "speedup", "KL", "top-1", "same", "text"):
+        assert header in words, (header, text)
 
 
 @pytest.mark.slow

@@ -262,20 +262,29 @@ def _services(
 
 
 def _show(console: Console, report: dict[str, Any], out: Path) -> None:
+    from rich import box
     from rich.table import Table
 
+    # No vertical rules and the labels' width kept: piped or logged (80 columns) the table
+    # still shows every track's name, its mix and what was computed (wrapped, not cut).
     table = Table(
         title=f"{report['tokens']}-token prompt: recompute {report['recompute_s']:.2f} s "
-        "on this machine vs load through the decode sidecar and the relay (loopback)"
+        "on this machine vs load through the decode sidecar and the relay (loopback)",
+        box=box.SIMPLE_HEAD,
     )
-    for column in ("track", "wire MB", "vs fp16", "load s", "speedup", "KL", "top-1", "same text"):
-        table.add_column(column, justify="right")
+    labels = {}
     for label, row in report["tracks"].items():
-        used = "" if len(row["tracks_used"]) <= 1 else f" ({'+'.join(sorted(row['tracks_used']))})"
+        used = "" if len(row["tracks_used"]) <= 1 else f" ({', '.join(sorted(row['tracks_used']))})"
         missing = report["tokens"] - row["loaded_tokens"]
         computed = f" +{missing} computed" if missing > 0 else ""
+        labels[label] = label + used + computed
+    widest = max(map(len, report["tracks"]))  # a mix longer than that folds
+    table.add_column("track", justify="right", min_width=widest, overflow="fold")
+    for column in ("wire MB", "vs fp16", "load s", "speedup", "KL", "top-1", "same text"):
+        table.add_column(column, justify="right")
+    for label, row in report["tracks"].items():
         table.add_row(
-            label + used + computed,
+            labels[label],
             f"{row['wire_bytes'] / 1e6:.1f}",
             f"{row['ratio_vs_fp16']:.1f}x" if row["ratio_vs_fp16"] else "-",
             f"{row['load_s']:.2f}",
