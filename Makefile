@@ -2,7 +2,7 @@
 .PHONY: demo test fast-test lint
 
 demo:
-	bash scripts/setup.sh
+	bash scripts/setup.sh demo
 	.venv/bin/kvmoq demo
 
 test:

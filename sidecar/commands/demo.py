@@ -88,11 +88,11 @@ def _check_args(args: argparse.Namespace) -> tuple[str, ...]:
     if bool(args.relay) != bool(args.ca):
         raise SystemExit("kvmoq demo: --relay and --ca go together (the relay's CA to trust)")
     if args.engine == "vllm":
-        from sidecar.demo.vllm_engines import unavailable_reason
+        from sidecar.demo.vllm_engines import set_up_vllm
 
         if args.keep:
             raise SystemExit("kvmoq demo: --keep serves over HTTP with --engine transformers only")
-        if reason := unavailable_reason():
+        if reason := set_up_vllm():
             raise SystemExit(f"kvmoq demo --engine vllm: {reason}")
     return tracks
 

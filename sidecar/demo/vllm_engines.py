@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import queue
+import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +37,25 @@ the baselines are not slowed by a setting the engines they are compared with esc
 ANSWER = '{"event": "generated"'
 
 
+SETUP = REPO / "scripts" / "setup.sh"
+
+
 def unavailable_reason() -> str | None:
     """Why vLLM engines cannot run here, or None when they can."""
     if not VLLM_PYTHON.exists():
-        return f"no {VLLM_PYTHON} (scripts/setup.sh makes it)"
+        return f"no {VLLM_PYTHON} (`bash scripts/setup.sh vllm` makes it)"
     return None
+
+
+def set_up_vllm() -> str | None:
+    """Make vLLM's environment in a checkout that lacks it (`scripts/setup.sh vllm`, about
+    3 minutes, its output shown); why vLLM engines still cannot run, or None when they can."""
+    if unavailable_reason() is None or not SETUP.exists():
+        return unavailable_reason()
+    print(f"kvmoq demo --engine vllm: making {VLLM_PYTHON.parent.parent} (about 3 minutes)")
+    if subprocess.run(["bash", str(SETUP), "vllm"], check=False).returncode != 0:
+        return f"{SETUP} vllm failed (its output is above)"
+    return unavailable_reason()
 
 
 def model_directory() -> Path:
