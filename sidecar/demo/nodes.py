@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +23,6 @@ SIDECAR_TIMEOUT_S = 60.0
 MODEL_SERVER_TIMEOUT_S = 60.0
 """Until the model server's first line, printed before it loads anything."""
 
-
-def model_server_threads() -> int:
-    """torch threads of each model server: half the cores this process may use.
-
-    torch's intra-op threads wait for one another at every op, so a process with more threads
-    than the cores free to it slows down several times over (the demo on two cores, one of
-    them busy elsewhere, with torch's default of a thread per core), while on an idle machine
-    one thread less costs the demo little. Its two model servers can compute at the same
-    time, so each gets half."""
-    return max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 def http_get(address: str, path: str) -> tuple[int, str]:
@@ -159,5 +148,4 @@ def start_model_server(children: Children, name: str, module: str, *args: str) -
         python_module(module, *args),
         ready_prefix=STARTED,
         timeout=MODEL_SERVER_TIMEOUT_S,
-        env={"OMP_NUM_THREADS": str(model_server_threads())},
     )
