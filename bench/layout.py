@@ -60,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvmoq bench layout failed:\n{result.stderr[-3000:]}")
         return 1
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    report |= {"geometry": args.geometry, "heads": heads, "head_size": head_size}
-    report["cpu"] = cpu_name()
-    report["blocks"] = args.blocks
+    report |= {
+        "geometry": args.geometry, "heads": heads, "head_size": head_size,
+        "blocks": args.blocks, "cpu": cpu_name(),
+    }  # fmt: skip
     conclude(report, goals, show, args.json)
     return 0
 

@@ -24,7 +24,6 @@ MODEL_SERVER_TIMEOUT_S = 60.0
 """Until the model server's first line, printed before it loads anything."""
 
 
-
 def http_get(address: str, path: str) -> tuple[int, str]:
     """GET `path` from a sidecar's HTTP endpoint (`HOST:PORT`): status and body.
 

@@ -50,8 +50,8 @@ def unavailable_reason() -> str | None:
 def set_up_vllm() -> str | None:
     """Make vLLM's environment in a checkout that lacks it (`scripts/setup.sh vllm`, about
     3 minutes, its output shown); why vLLM engines still cannot run, or None when they can."""
-    if unavailable_reason() is None or not SETUP.exists():
-        return unavailable_reason()
+    if (reason := unavailable_reason()) is None or not SETUP.exists():
+        return reason
     print(f"kvmoq demo --engine vllm: making {VLLM_PYTHON.parent.parent} (about 3 minutes)")
     if subprocess.run(["bash", str(SETUP), "vllm"], check=False).returncode != 0:
         return f"{SETUP} vllm failed (its output is above)"

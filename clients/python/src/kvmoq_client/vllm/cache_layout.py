@@ -138,10 +138,10 @@ class BlockLayout:
                 value += written(digits, digits) * scale
                 scale *= DIGIT
             coordinates.append(value)
-        return cls.indexed(part, *coordinates, shape=shape)
+        return cls._indexed(part, *coordinates, shape=shape)
 
     @classmethod
-    def indexed(
+    def _indexed(
         cls, part: torch.Tensor, *coordinates: torch.Tensor, shape: tuple[int, int, int]
     ) -> BlockLayout:
         """The layout from what each element of a block holds: its part (-1: unused) and its
@@ -170,10 +170,11 @@ class BlockLayout:
         _, _, heads, head_size = self.index.shape
         if self.tiles is not None:
             kv = torch.empty((2, len(blocks), *self.index.shape[1:]), dtype=cache.dtype)
+            runs = _runs(blocks)
             for part, tiled in enumerate(self.tiles):
                 view = tiled.view(cache, self.block_elements)
                 staged = kv[part].view(len(blocks), *view.shape[1:])
-                for start, stop, at in _runs(blocks):
+                for start, stop, at in runs:
                     staged[at : at + stop - start].copy_(view[start:stop])
             return kv.view(2, -1, heads, head_size)
         flat = cache.view(cache.shape[0], self.block_elements)[blocks]
@@ -185,10 +186,11 @@ class BlockLayout:
         _, block_size, heads, head_size = self.index.shape
         values = kv.reshape(2, len(blocks), block_size, heads, head_size)
         if self.tiles is not None:
+            runs = _runs(blocks)
             for part, tiled in enumerate(self.tiles):
                 view = tiled.view(cache, self.block_elements)
                 staged = values[part].reshape(len(blocks), *view.shape[1:])
-                for start, stop, at in _runs(blocks):
+                for start, stop, at in runs:
                     view[start:stop].copy_(staged[at : at + stop - start])
             return
         flat = cache.view(cache.shape[0], self.block_elements)
