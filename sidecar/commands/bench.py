@@ -55,6 +55,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "many decoders on one relay: one prompt to 32, and 8 publishers with 8 decoders "
         "each: objects/s, MB/s, p50/p99 load s, every process's peak memory, all verified",
     ),
+    "gpu": Benchmark(
+        "bench.gpu",
+        "the GPU path: a 32k-token Llama-3-8B prompt published and loaded in place over CUDA "
+        "IPC through a relay, every byte checked; codecs on the GPU against the CPU",
+    ),
     "layout": Benchmark(
         "bench.layout",
         "the vLLM connector's block copies between vLLM's CPU cache and staging, per cache "

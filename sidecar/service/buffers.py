@@ -7,16 +7,18 @@ kv_heads, head_dim]` per layer and part (a contiguous buffer is one block of `ma
 slots), so reading a prompt's KV out and writing a loaded chunk in are the same loop over
 block runs for both arrangements.
 
-On a GPU those copies run on the codec streams of the buffers' device (`tensors.streams`):
-at the lowest priority, after whatever this process queued before, and finished before
-`read` or `write` returns, so the model server, told a chunk is written, finds it there.
+A buffer set lives on one device, and a prompt read out of it stays there: on a GPU the
+codecs encode it where it is (vLLM's paged cache, read in place over CUDA IPC) and a loaded
+chunk is decoded there before it is written. Those copies run on the codec streams of the
+device (`tensors.streams`): at the lowest priority, after whatever this process queued
+before, and finished before `read` or `write` returns, so the model server, told a chunk is
+written, finds it there, and may reuse a block once the read that named it has returned.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -120,8 +122,12 @@ class BufferSet:
         ]
         if missing:
             raise InvalidArgument(f"no buffer holds {', '.join(missing[:8])}")
-        gpus = {view.device for view in self._views.values() if view.device.type == "cuda"}
-        self._streams = [CodecStreams.for_device(device) for device in sorted(gpus, key=str)]
+        devices = {view.device for view in self._views.values()}
+        if len(devices) > 1:
+            names = ", ".join(sorted(str(device) for device in devices))
+            raise InvalidArgument(f"the buffers of one set must be on one device, not {names}")
+        self.device: torch.device = devices.pop()
+        self._streams = CodecStreams.for_device(self.device)
 
     @property
     def slot_dims(self) -> tuple[int, ...]:
@@ -197,31 +203,48 @@ class BufferSet:
             raise InvalidArgument("a block appears twice in the block list")
 
     def read(self, placement: Placement, tokens: int) -> torch.Tensor:
-        """A copy of the request's KV, `[L, 2, tokens, H, D]`: the model server may reuse the
-        slots as soon as this returns."""
+        """A copy of the request's KV, `[L, 2, tokens, H, D]`, on the buffers' device: the
+        model server may reuse the slots as soon as this returns."""
         self.check(placement, tokens)
-        out = torch.empty(self.layout.shape(tokens), dtype=self.layout.torch_dtype)
-        with self._on_codec_streams():
+        shape, dtype = self.layout.shape(tokens), self.layout.torch_dtype
+        out = torch.empty(shape, dtype=dtype, device=self.device)
+        with self._streams.run():
+            slots = self._slot_index(placement, 0, tokens)
             for (layer, kv), view in self._views.items():
+                if slots is not None:
+                    out[layer, kv] = view[slots]
+                    continue
                 for run in self._runs(placement, 0, tokens):
                     out[layer, kv, run.start : run.stop] = _slots(view, run)
         return out
 
     def write(self, placement: Placement, tokens: range, kv: torch.Tensor) -> None:
-        """Write `kv` (`[L, 2, len(tokens), H, D]`) at the request's token positions."""
-        with self._on_codec_streams():
+        """Write `kv` (`[L, 2, len(tokens), H, D]`, any device) at the request's token
+        positions."""
+        with self._streams.run():
+            kv = kv.to(self.device)
+            slots = self._slot_index(placement, tokens.start, tokens.stop)
             for (layer, part), view in self._views.items():
+                if slots is not None:
+                    view.index_put_(slots, kv[layer, part])
+                    continue
                 for run in self._runs(placement, tokens.start, tokens.stop):
                     source = kv[layer, part, run.start - tokens.start : run.stop - tokens.start]
                     _slots(view, run).copy_(source)
 
-    @contextmanager
-    def _on_codec_streams(self) -> Iterator[None]:
-        """The block's copies on each GPU's codec stream, done when it ends (CPU: no-op)."""
-        with ExitStack() as stack:
-            for streams in self._streams:
-                stack.enter_context(streams.run())
-            yield
+    def _slot_index(
+        self, placement: Placement, start: int, stop: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(block, slot) of each token `[start, stop)` as index tensors on a GPU, where every
+        copy is a kernel launch and one indexed copy per buffer beats one per block (16-token
+        blocks: 8 per chunk); None on the CPU, where a run of slots is one memcpy."""
+        if self.device.type != "cuda" or not isinstance(placement, BlockIds):
+            return None
+        assert isinstance(self.arrangement, Paged)  # check() matched them
+        size = self.arrangement.block_size
+        tokens = torch.arange(start, stop)
+        blocks = torch.tensor(placement.ids)[tokens // size]
+        return blocks.to(self.device), (tokens % size).to(self.device)
 
     def _runs(self, placement: Placement, start: int, stop: int) -> list[_Run]:
         if isinstance(placement, TokenSlots):

@@ -171,7 +171,8 @@ class KVService:
         self._publishing: set[asyncio.Task[None]] = set()
         self._local = PrefixIndex(prompt_key=link.publisher.prompt_key)
         """Chunk links of the prompts published here, to load them from `_local_kv`."""
-        self._local_kv: dict[tuple[bytes, ...], torch.Tensor] = {}
+        self._local_kv: dict[tuple[bytes, ...], tuple[torch.Tensor, ...]] = {}
+        """Each fully published prompt's KV, chunk by chunk, as its publisher holds it."""
 
     # Buffer sets ------------------------------------------------------------------------
 
@@ -265,7 +266,7 @@ class KVService:
         await self.link.announce(prompt.namespace)
         await prompt.publish(kv)
         assert prompt.catalog is not None
-        self._local_kv[prompt.namespace] = kv  # the publisher keeps views of it anyway
+        self._local_kv[prompt.namespace] = prompt.held_kv
         self._evict_published(keep=prompt.namespace)
         self._local.add_catalog(prompt.catalog)
         for index in range(prompt.chunk_count):
@@ -303,8 +304,8 @@ class KVService:
             log.info("prompt_evicted", prompt=prompt.name.prompt_id, held_bytes=held[namespace])
 
     def _held_bytes(self, namespace: tuple[bytes, ...]) -> int:
-        kv = self._local_kv[namespace]
-        return kv.numel() * kv.element_size() + self.link.publisher.held_bytes(namespace)
+        kv = sum(chunk.numel() * chunk.element_size() for chunk in self._local_kv[namespace])
+        return kv + self.link.publisher.held_bytes(namespace)
 
     # Lookup -----------------------------------------------------------------------------
 
@@ -517,6 +518,7 @@ class KVService:
                     quality_order=quality_order,
                     first_chunk=first_chunk,
                     on_loaded=fetched.append,
+                    device=buffers.device,
                 )
             except (MoqtApiError, ConnectionError):
                 result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
@@ -550,9 +552,9 @@ class KVService:
             return None
 
     def _load_local(self, match: PrefixMatch, write: KVSink, held: int) -> StopReason:
-        kv = self._local_kv[match.prompt.namespace()]
+        chunks = self._local_kv[match.prompt.namespace()]
         for span in chunk_ranges(match.tokens, match.chunk_size)[held // match.chunk_size :]:
-            write(span, kv[:, :, span.start : span.stop])
+            write(span, chunks[span.start // match.chunk_size][:, :, : len(span)])
         return StopReason.COMPLETE
 
     def _account(self, outcome: LoadOutcome, seconds: float) -> None:

@@ -187,6 +187,12 @@ class PublishedPrompt:
         return len(self._chunks)
 
     @property
+    def held_kv(self) -> tuple[torch.Tensor, ...]:
+        """Each added chunk's KV, `[L, 2, T, H, D]` on the host, for tracks asked for later
+        and for loads from this process."""
+        return tuple(self._chunks)
+
+    @property
     def kept_tracks(self) -> tuple[str, ...]:
         """Tracks whose payloads are held and written (the default, plus those asked for)."""
         return tuple(sorted(self._kept))
@@ -204,8 +210,9 @@ class PublishedPrompt:
         """Publish the next chunk (`[L, 2, T, H, D]`, T = its token count) as prefill makes it.
 
         Encoding runs in a worker thread, so the sessions keep serving earlier chunks
-        meanwhile. The tensor is kept by reference (a track asked for later is encoded from
-        it), so the caller must not overwrite it while the prompt is published.
+        meanwhile, on the tensor's device. A CPU tensor is kept by reference (a track asked for
+        later is encoded from it), so the caller must not overwrite it while the prompt is
+        published; a GPU tensor is copied to the host.
         """
         async with self._adding:
             index = self.ready_chunks
@@ -220,7 +227,9 @@ class PublishedPrompt:
             encoded = await asyncio.to_thread(
                 lambda: {name: self._encode(name, kv) for name in self.offered}
             )
-            self._chunks.append(kv)
+            # Held on the host: a track asked for later encodes to the same bytes there
+            # (codecs/rotation.py), and a GPU copy would keep the model's memory.
+            self._chunks.append(kv.cpu())
             self.catalog = self.catalog.with_chunk(encoded)
             revision = self.catalog
             # Snapshot, taken with the append and no await between: a track being kept

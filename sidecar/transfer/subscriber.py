@@ -336,6 +336,7 @@ class KVSubscriber:
         share: Share = WHOLE,
         first_chunk: int = 0,
         on_loaded: Callable[[LoadedChunk], None] | None = None,
+        device: torch.device | None = None,
     ) -> LoadResult:
         """Load the KV of the longest available prefix of `token_ids` within `deadline` seconds.
 
@@ -347,6 +348,8 @@ class KVSubscriber:
         Chunks before `first_chunk` are taken as in place already (a load resumed on a new
         session after the last one was lost). `on_loaded` hears of each chunk as it is
         written: a caller that cancels the load, or sees it fail, still knows what it wrote.
+        Chunks are decoded on the destination tensor's device, or a callback's `device` (the
+        CPU by default), so only compressed bytes cross to a GPU.
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
@@ -360,7 +363,12 @@ class KVSubscriber:
         try:
             shared = share.chunks(source.chunks)
             chunks = range(min(max(shared.start, first_chunk), shared.stop), shared.stop)
-            load = _Load(self, source, chunks, destination, end, quality_order, on_loaded)
+            if isinstance(destination, torch.Tensor):
+                device = destination.device
+            load = _Load(
+                self, source, chunks, destination, end, quality_order, on_loaded,
+                device or torch.device("cpu"),
+            )  # fmt: skip
             return await load.run()
         finally:
             await self._feeds.release(source.feed)
@@ -479,6 +487,7 @@ class _Load:
         end: float,
         quality_order: Sequence[str],
         on_loaded: Callable[[LoadedChunk], None] | None,
+        device: torch.device,
     ) -> None:
         self.subscriber = subscriber
         self.session = subscriber.session
@@ -489,6 +498,8 @@ class _Load:
         self.end = end
         self.quality_order = quality_order
         self.on_loaded = on_loaded
+        self.device = device
+        """Where chunks are decoded: the destination's device."""
         self.clock = asyncio.get_running_loop().time
         self.loaded: list[LoadedChunk] = []
         self.rejected: list[RejectedChunk] = []
@@ -631,7 +642,7 @@ class _Load:
         catalog, index, track = transfer.catalog, transfer.index, transfer.track
         span = catalog.chunk_span(index)
         try:
-            decode = asyncio.to_thread(_verified_kv, catalog, index, track, payloads)
+            decode = asyncio.to_thread(_verified_kv, catalog, index, track, payloads, self.device)
             kv = await asyncio.wait_for(decode, self.time_left())
         except KVCodecError as exc:
             self._reject(transfer, str(exc))
@@ -695,10 +706,13 @@ async def _cancel(stream: FetchStream) -> None:
         await stream.cancel()
 
 
-def _verified_kv(catalog: Catalog, index: int, track: str, payloads: list[bytes]) -> torch.Tensor:
-    """The chunk's KV, decoded only once its size and digest match the catalog."""
+def _verified_kv(
+    catalog: Catalog, index: int, track: str, payloads: list[bytes], device: torch.device
+) -> torch.Tensor:
+    """The chunk's KV on `device`, decoded only once its size and digest match the catalog."""
     catalog.verify_chunk(track, index, payloads)
-    return get_codec(track).decode(payloads, catalog.layout, catalog.track(track).tables)
+    codec = get_codec(track)
+    return codec.decode(payloads, catalog.layout, catalog.track(track).tables, device=device)
 
 
 def _shared_chunks(catalog: Catalog, links: Sequence[bytes]) -> int:

@@ -8,6 +8,7 @@ import torch
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.service.buffers import BlockIds, BufferSet, KVBuffer, KVPart, Paged
+from sidecar.service.errors import InvalidArgument
 from tests.service.sidecar_proc import synthetic_kv
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
@@ -40,5 +41,13 @@ def test_a_chunk_written_reads_back_from_its_blocks(device: str) -> None:
     assert torch.equal(tensors[1][0, 3, :2].cpu(), kv[1, 0, 8:10])
     assert torch.equal(tensors[0][1, 0].cpu(), kv[0, 1, 4:8])
     assert not tensors[0][:, 1].any()  # a block not in the list is untouched
-    read = buffers.read(placement, 10)
-    assert read.device == torch.device("cpu") and torch.equal(read, kv)
+    read = buffers.read(placement, 10)  # where the codecs then encode it
+    assert read.device.type == device and torch.equal(read.cpu(), kv)
+
+
+def test_the_buffers_of_one_set_are_on_one_device() -> None:
+    shape = (2, BLOCKS, BLOCK, LAYOUT.num_kv_heads, LAYOUT.head_dim)
+    tensors = [torch.zeros(shape, dtype=torch.float16, device=d) for d in ("cpu", "meta")]
+    buffers = [KVBuffer(layer, KVPart.KEY_VALUE, t) for layer, t in enumerate(tensors)]
+    with pytest.raises(InvalidArgument, match="on one device, not cpu, meta"):
+        BufferSet("m", LAYOUT, Paged(BLOCK, BLOCKS), buffers)

@@ -184,12 +184,16 @@ class FixedWidthCodec(Codec):
         values = token_major(kv, layout).float()
         parts = [torch.full((num_tokens, 1), PAYLOAD_VERSION, dtype=torch.uint8, device=kv.device)]
         if self.element.qmax is not None:
-            groups = rotate(values, layout.head_dim).view(
+            groups = rotate(values, layout.head_dim, exact=True).view(
                 num_tokens, layout.num_layers, 2, self.scale_groups(layout), -1
             )
             # amax and amin apart: 4x faster than aminmax or abs().amax() over 64-value groups.
             largest = torch.maximum(groups.amax(dim=-1), groups.amin(dim=-1).neg_())
-            scales = (largest / self.element.qmax).clamp_min_(SMALLEST_SCALE).to(SCALE_DTYPE)
+            # Divided by a tensor: CUDA divides by a Python number through its reciprocal,
+            # which can round a scale apart from the CPU's (payloads are the same bytes on
+            # every device).
+            qmax = largest.new_tensor(self.element.qmax)
+            scales = (largest / qmax).clamp_min_(SMALLEST_SCALE).to(SCALE_DTYPE)
             if not bool(torch.isfinite(scales).all()):
                 raise TensorError("KV contains NaN/Inf or magnitudes beyond the fp16 scale range")
             # In place: `groups` is the rotation's own output, a fresh tensor.

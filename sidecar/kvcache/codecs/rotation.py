@@ -16,12 +16,15 @@ Measured on SmolLM2's KV (docs/benchmarks.md, "Codecs"): int4's KL over the 64 t
 The block is the largest power of two that divides `head_dim` (the whole head for every
 common model: 64, 128), so blocks never straddle heads.
 
-A publisher re-encodes a lazily offered track when it is first asked for, and the bytes must
-match the digests its catalog already published: the product is one float32 matrix product
-per block, whose sums this CPU's library orders the same way whatever the thread count or
-the tensor's offset in memory (tested in tests/kvcache/test_codec_rotation.py). A library
-that did not would make that track's chunks fail verification, never land wrong bytes: the
-subscriber then takes another track.
+The encoder's rotation is exact, so a chunk codes to the same bytes on every device, thread
+count and library: a publisher re-encodes a lazily offered track when it is first asked for,
+and a GPU sidecar encodes what a CPU one would, and the bytes must match the digests its
+catalog already published. The product sums in float64 with the matrix's signs and scales
+afterwards: an fp16 value is a multiple of 2^-24 below 2^16, so every partial sum of a block
+(at most `MAX_HEAD_DIM` values) is a float64 value and the order of the additions, which BLAS
+libraries and GPUs choose freely, cannot change it. bf16 and float32 KV sum exactly while a
+block's magnitudes span less than 2^38 and 2^22, which real KV does. The decoder's rotation
+needs no such care (its output is rounded to the cache's dtype) and runs in float32.
 """
 
 from __future__ import annotations
@@ -39,22 +42,26 @@ def block_size(head_dim: int) -> int:
 
 
 @functools.cache
-def _hadamard(size: int, device: torch.device) -> torch.Tensor:
-    matrix = torch.ones(1, 1)
+def _signs(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The Sylvester Hadamard matrix of order `size`: entries +1 and -1."""
+    matrix = torch.ones(1, 1, dtype=dtype)
     while matrix.shape[0] < size:
         matrix = torch.cat((torch.cat((matrix, matrix), 1), torch.cat((matrix, -matrix), 1)), 0)
-    return (matrix / math.sqrt(size)).to(device)
+    return matrix.to(device)
 
 
-def rotate(values: torch.Tensor, head_dim: int) -> torch.Tensor:
+def rotate(values: torch.Tensor, head_dim: int, *, exact: bool = False) -> torch.Tensor:
     """float32 `values` (last dim a multiple of `head_dim`'s block) times the block Hadamard.
 
     The normalised Sylvester matrix is symmetric and orthogonal, so `rotate(rotate(x)) == x`
-    up to float32 rounding: the encoder and the decoder call this same function. The result
-    is always a new tensor (a copy where the block is 1), so callers may work on it in place.
+    up to float32 rounding: the encoder and the decoder call this same function, the encoder
+    with `exact` (see above). The result, float32, is always a new tensor (a copy where the
+    block is 1), so callers may work on it in place.
     """
     size = block_size(head_dim)
     if size == 1:
         return values.clone()
     shape = values.shape
-    return (values.reshape(-1, size) @ _hadamard(size, values.device)).view(shape)
+    dtype = torch.float64 if exact else torch.float32
+    sums = values.to(dtype).reshape(-1, size) @ _signs(size, dtype, values.device)
+    return sums.mul_(1 / math.sqrt(size)).to(torch.float32).view(shape)

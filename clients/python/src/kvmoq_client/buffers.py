@@ -254,9 +254,22 @@ def allocate_cuda_kv(
     """Every layer's K and V on a GPU, zeroed, exported with CUDA IPC."""
     shape = _buffer_shape(num_kv_heads, head_dim, arrangement)
     tensors = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+    return share_cuda_kv(tensors)
+
+
+def share_cuda_kv(tensors: Sequence[torch.Tensor]) -> KVBuffers:
+    """A model server's own paged GPU cache, one `[2, num_blocks, block_size, kv_heads,
+    head_dim]` view per layer (any strides), exported with CUDA IPC for the sidecar to read
+    and write in place."""
+    first = tensors[0]
+    if first.dim() != 5 or first.shape[0] != 2:
+        raise ValueError(f"a layer's paged KV is [2, blocks, size, heads, dim], not {first.shape}")
+    if any(t.shape != first.shape or t.dtype != first.dtype for t in tensors):
+        raise ValueError("every layer's KV must have the first layer's shape and dtype")
+    _, num_blocks, block_size, num_kv_heads, head_dim = first.shape
     return KVBuffers(
-        layout=_layout(num_layers, num_kv_heads, head_dim, dtype),
-        arrangement=arrangement,
-        tensors=tensors,
+        layout=_layout(len(tensors), num_kv_heads, head_dim, first.dtype),
+        arrangement=kv_cache_pb2.PagedLayout(num_blocks=num_blocks, block_size=block_size),
+        tensors=list(tensors),
         handles=[cuda_ipc_handle(tensor) for tensor in tensors],
     )

@@ -212,3 +212,29 @@ def _runs(blocks: torch.Tensor) -> list[tuple[int, int, int]]:
         else:
             runs.append((block, block + 1, at))
     return runs
+
+
+def paged_kv_view(cache: torch.Tensor, block_size: int, heads: int, head_dim: int) -> torch.Tensor:
+    """One layer of a CUDA attention backend's cache as `[2, blocks, block_size, heads,
+    head_dim]`, a view of it.
+
+    FlashAttention's cache is `[2, blocks, block_size, heads, head_dim]`, FlashInfer's
+    `[blocks, 2, block_size, heads, head_dim]`; either may be laid out in another stride order
+    (vLLM's HND layouts), which the view keeps: the sidecar maps it with its strides.
+    """
+    shape = tuple(cache.shape)
+    if len(shape) == 5 and shape[2:] == (block_size, heads, head_dim):
+        if shape[0] == 2 and shape[1] != 2:
+            return cache
+        if shape[1] == 2 and shape[0] != 2:
+            return cache.transpose(0, 1)
+        if shape[:2] == (2, 2):
+            raise ValueError(
+                "kvmoq connector: a CUDA cache of 2 blocks, where FlashAttention's and"
+                " FlashInfer's layouts look alike; give vLLM more KV cache memory"
+            )
+    raise ValueError(
+        f"kvmoq connector: a CUDA cache of shape {shape} is neither FlashAttention's"
+        f" [2, blocks, {block_size}, {heads}, {head_dim}] nor FlashInfer's"
+        f" [blocks, 2, {block_size}, {heads}, {head_dim}]"
+    )

@@ -13,7 +13,8 @@ class maps vLLM's calls onto those two and holds nothing else.
 `kv_role`: `kv_producer` publishes prompts once their prefill is done, `kv_consumer` loads
 the longest prefix the sidecar can supply, `kv_both` does both. The extra config's keys are
 `ConnectorSettings`'. Supported: one worker (no tensor or pipeline parallelism), vLLM's CPU
-attention backend, and a cache dtype of the model's own (float16, bfloat16, float32).
+attention backend (through staging), FlashAttention's and FlashInfer's CUDA caches (in
+place, over CUDA IPC), and a cache dtype of the model's own (float16, bfloat16, float32).
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from kvmoq_client.buffers import allocate_shared_kv
+from kvmoq_client.buffers import allocate_shared_kv, share_cuda_kv
 from kvmoq_client.client import KVCacheClient
 from kvmoq_client.v1 import kv_cache_pb2
-from kvmoq_client.vllm.cache_layout import BlockLayout
+from kvmoq_client.vllm.cache_layout import BlockLayout, paged_kv_view
 from kvmoq_client.vllm.jobs import StepJobs
 from kvmoq_client.vllm.registration import Registration
 from kvmoq_client.vllm.scheduler import SchedulerSide
 from kvmoq_client.vllm.settings import ConnectorSettings
-from kvmoq_client.vllm.worker import WorkerSide
+from kvmoq_client.vllm.worker import Staging, WorkerSide
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -87,6 +88,7 @@ class KVMoqConnector(KVConnectorBase_V1):
             self._scheduler = SchedulerSide(
                 Registration(client, buffers, self._model), self._block_size,
                 loads=transfer.is_kv_consumer, saves=transfer.is_kv_producer,
+                in_place=vllm_config.device_config.device_type == "cuda",
             )  # fmt: skip
 
     # Scheduler side ---------------------------------------------------------------------
@@ -107,8 +109,7 @@ class KVMoqConnector(KVConnectorBase_V1):
     def request_finished(
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
-        self._scheduling().finished(request)
-        return False, None
+        return self._scheduling().finished(request), None
 
     def _scheduling(self) -> SchedulerSide:
         assert self._scheduler is not None, "a scheduler-side call on a worker's connector"
@@ -117,14 +118,39 @@ class KVMoqConnector(KVConnectorBase_V1):
     # Worker side ------------------------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        caches = [kv_caches[name] for name in sorted(kv_caches, key=_layer_index)]
+        if caches[0].device.type == "cuda":
+            self._worker = self._in_place(caches)
+        else:
+            self._worker = self._staged(caches)
+
+    def _in_place(self, caches: list[torch.Tensor]) -> WorkerSide:
+        """A GPU cache: the sidecar maps every layer's blocks over CUDA IPC and reads and
+        writes them in place."""
+        model = self._vllm_config.model_config
+        parallel = self._vllm_config.parallel_config
+        views = [
+            paged_kv_view(
+                cache, self._block_size, model.get_num_kv_heads(parallel), model.get_head_size()
+            )
+            for cache in caches
+        ]
+        log.info("kvmoq: vLLM's %s CUDA cache, %d blocks of %d, shared in place over CUDA IPC",
+                 views[0].dtype, views[0].shape[1], self._block_size)  # fmt: skip
+        buffers = share_cuda_kv(views)
+        client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
+        registration = Registration(client, buffers, self._model)
+        return WorkerSide(self._settings, registration, self._block_size, staging=None)
+
+    def _staged(self, caches: list[torch.Tensor]) -> WorkerSide:
+        """vLLM's CPU attention backend: copies through shared-memory staging."""
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-        caches = [kv_caches[name] for name in sorted(kv_caches, key=_layer_index)]
         first = caches[0]
         if first.device.type != "cpu" or first.dim() != 4:
             raise ValueError(
-                "kvmoq connector: only vLLM's CPU attention backend is supported "
-                f"(a cache of {tuple(first.shape)} on {first.device})"
+                "kvmoq connector: a cache of vLLM's CPU attention backend, FlashAttention or"
+                f" FlashInfer is supported, not one of {tuple(first.shape)} on {first.device}"
             )
         _, heads, block_size, double_head = first.shape
         cache_dtype = self._vllm_config.cache_config.cache_dtype
@@ -139,7 +165,9 @@ class KVMoqConnector(KVConnectorBase_V1):
         )  # fmt: skip
         client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
         registration = Registration(client, staging, self._model)
-        self._worker = WorkerSide(self._settings, registration, caches, layout, block_size)
+        return WorkerSide(
+            self._settings, registration, block_size, Staging(caches, layout, staging.tensors)
+        )
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         jobs = self._step_jobs()
@@ -161,14 +189,15 @@ class KVMoqConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         jobs = self._step_jobs()
         if jobs is not None:
-            self._working().save(jobs.saves)
+            self._working().save(jobs.saves, jobs.kept)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         if self._worker is None:
             return None, None
         jobs = self._step_jobs()
         wait = IDLE_STEP_WAIT_S if jobs is not None and jobs.idle else 0.0
-        return None, self._worker.finished_loads(wait) or None
+        loads = self._worker.finished_loads(wait)
+        return self._worker.finished_saves() or None, loads or None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set() if self._worker is None else self._worker.failed_blocks()

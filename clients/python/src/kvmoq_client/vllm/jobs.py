@@ -39,6 +39,9 @@ class SaveJob:
 class StepJobs(KVConnectorMetadata):
     loads: list[LoadJob] = field(default_factory=list)
     saves: list[SaveJob] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    """Requests finished while the sidecar may still read their blocks in place: vLLM frees
+    those blocks once the worker names the request in its finished sends."""
     idle: bool = False
     """Nothing is computed this step. vLLM steps with nothing to compute while a request
     waits for its KV, only to ask whether the load is done; the worker may then wait a little

@@ -92,11 +92,18 @@ class SchedulerSide:
         *,
         loads: bool,
         saves: bool,
+        in_place: bool = False,
     ) -> None:
         self._registration = registration
         self._block_size = block_size
         self._loads = loads
         self._saves = saves
+        self._in_place = in_place
+        """The sidecar reads vLLM's own blocks (a GPU cache over CUDA IPC): a published
+        request's blocks stay allocated until the worker says the sidecar has read them."""
+        self._publishing: set[str] = set()
+        self._kept: list[str] = []
+        """Requests finished since the last step whose blocks vLLM keeps for the sidecar."""
         self._pool = ThreadPoolExecutor(LOOKUP_THREADS, thread_name_prefix="kvmoq-lookup")
         self._lookups: dict[str, Future[int]] = {}
         self._hits: dict[str, _Hit] = {}
@@ -169,8 +176,10 @@ class SchedulerSide:
     def step_jobs(self, output: SchedulerOutput) -> StepJobs:
         """vLLM's `build_connector_meta`: the loads queued since the last step, and the
         prompts whose prefill this step completes."""
-        jobs = StepJobs(loads=self._pending, idle=output.total_num_scheduled_tokens == 0)
-        self._pending = []
+        jobs = StepJobs(
+            loads=self._pending, kept=self._kept, idle=output.total_num_scheduled_tokens == 0
+        )
+        self._pending, self._kept = [], []
         if self._saves:
             jobs.saves = self._completed_prefills(output)
         return jobs
@@ -204,6 +213,8 @@ class SchedulerSide:
         if computed < len(prefill.token_ids) or not prefill.token_ids:
             return
         del self._prefilling[request_id]
+        if self._in_place:
+            self._publishing.add(request_id)
         blocks = -(-len(prefill.token_ids) // self._block_size)
         done.append(SaveJob(request_id, prefill.token_ids, prefill.block_ids[:blocks]))
 
@@ -211,9 +222,15 @@ class SchedulerSide:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._registration.close()
 
-    def finished(self, request: Request) -> None:
-        """vLLM's `request_finished`: forget a request that ends before its prefill does."""
+    def finished(self, request: Request) -> bool:
+        """vLLM's `request_finished`: forget the request; True when its blocks must outlive
+        it, until the worker reports the sidecar's read of them done (`finished_saves`)."""
         self._prefilling.pop(request.request_id, None)
         self._lookups.pop(request.request_id, None)
         self._hits.pop(request.request_id, None)
         self._loaded.discard(request.request_id)
+        if request.request_id in self._publishing:
+            self._publishing.remove(request.request_id)
+            self._kept.append(request.request_id)
+            return True
+        return False

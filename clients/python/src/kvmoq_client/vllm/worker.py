@@ -1,9 +1,9 @@
-"""The connector's worker side: copies between vLLM's KV cache and a shared-memory staging
-area the sidecar reads and writes, and the Load and Publish calls that go with them.
+"""The connector's worker side: the Load and Publish calls for vLLM's KV cache.
 
-On a CPU node vLLM keeps its cache in the worker's private memory, which the sidecar cannot
-map, so every transfer goes through staging: one copy each way (`BlockLayout.read/write`).
-Loads run in a thread pool, so the engine keeps stepping while a load is under way; a
+On a GPU the sidecar maps vLLM's cache itself (CUDA IPC) and reads and writes its blocks in
+place. On a CPU node vLLM keeps its cache in the worker's private memory, which the sidecar
+cannot map, so every transfer goes through a shared-memory staging area: one copy each way
+(`BlockLayout.read/write`). Loads run in a thread pool, so the engine keeps stepping while a load is under way; a
 block is handed to vLLM only once the sidecar reported its tokens written and verified,
 and every other block of the load is reported as failed, for vLLM to recompute.
 """
@@ -51,27 +51,58 @@ class StagingBlocks:
             self._free += blocks
 
 
+class Staging:
+    """vLLM's private CPU cache and the shared staging area the sidecar maps, block by block:
+    every load and publish goes through it, one copy each way (`BlockLayout`)."""
+
+    def __init__(
+        self, caches: list[torch.Tensor], layout: BlockLayout, staging: list[torch.Tensor]
+    ) -> None:
+        self._caches = caches
+        self._layout = layout
+        self._staging = staging  # per layer [2, blocks, size, H, D]
+        self.free = StagingBlocks(staging[0].shape[1])
+
+    def to_cache(self, staged: Sequence[int], blocks: Sequence[int]) -> None:
+        """Staging blocks `staged` into vLLM's blocks `blocks` (a load's, once verified)."""
+        source, target = torch.tensor(staged), torch.tensor(blocks)
+        for cache, buffer in zip(self._caches, self._staging, strict=True):
+            kv = buffer[:, source].reshape(2, -1, *buffer.shape[3:])
+            self._layout.write(cache, target, kv)
+
+    def from_cache(self, blocks: Sequence[int], staged: Sequence[int]) -> None:
+        """vLLM's blocks `blocks` into staging blocks `staged` (a prompt to publish)."""
+        source, target = torch.tensor(blocks), torch.tensor(staged)
+        for cache, buffer in zip(self._caches, self._staging, strict=True):
+            kv = self._layout.read(cache, source)
+            buffer[:, target] = kv.view(2, len(staged), *buffer.shape[2:])
+
+
 class WorkerSide:
+    """Loads and publishes for one worker: through `staging` (a CPU cache), or, without it,
+    in place in vLLM's blocks, which the registration's buffers then are (a GPU cache the
+    sidecar maps over CUDA IPC)."""
+
     def __init__(
         self,
         settings: ConnectorSettings,
         registration: Registration,
-        caches: list[torch.Tensor],
-        layout: BlockLayout,
         block_size: int,
+        staging: Staging | None,
     ) -> None:
         self._settings = settings
         self._registration = registration
-        self._caches = caches
-        self._layout = layout
         self._block_size = block_size
-        self._staging = registration.buffers.tensors  # per layer [2, blocks, size, H, D]
-        self._free = StagingBlocks(self._staging[0].shape[1])
+        self._staging = staging
         self._pool = ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="kvmoq")
         self._lock = threading.Condition()
         self._loading = 0
         self._loaded: set[str] = set()
         self._failed_blocks: set[int] = set()
+        self._read: set[str] = set()
+        """Published in place: the sidecar has read the request's blocks."""
+        self._kept: set[str] = set()
+        """Finished requests whose blocks vLLM keeps until they are read."""
 
     # Loads ------------------------------------------------------------------------------
 
@@ -83,19 +114,25 @@ class WorkerSide:
 
     def _load(self, job: LoadJob) -> None:
         landed: list[int] = []
-        staging = self._free.take(-(-len(job.token_ids) // self._block_size))
+        staged: list[int] | None = None
         try:
-            if staging is None:
-                log.warning("kvmoq staging full: request %s computes its prompt", job.request_id)
+            if self._staging is None:
+                landed = self._load_into(job, job.block_ids)
             else:
-                landed = self._load_into(job, staging)
+                staged = self._staging.free.take(-(-len(job.token_ids) // self._block_size))
+                if staged is None:
+                    log.warning(
+                        "kvmoq staging full: request %s computes its prompt", job.request_id
+                    )
+                else:
+                    landed = self._load_into(job, staged)
         except SidecarError as exc:
             log.warning("kvmoq load of request %s failed: %s", job.request_id, exc)
         except Exception:
             log.exception("kvmoq load of request %s failed", job.request_id)
         finally:
-            if staging is not None:
-                self._free.give(staging)
+            if staged is not None and self._staging is not None:
+                self._staging.free.give(staged)
             failed = set(job.block_ids[job.first_block :]) - set(landed)
             with self._lock:
                 self._failed_blocks |= failed
@@ -103,14 +140,17 @@ class WorkerSide:
                 self._loading -= 1
                 self._lock.notify_all()
 
-    def _load_into(self, job: LoadJob, staging: list[int]) -> list[int]:
-        """The vLLM blocks written: those whose every token the sidecar reported loaded."""
+    def _load_into(self, job: LoadJob, blocks: list[int]) -> list[int]:
+        """The vLLM blocks written: those whose every token the sidecar reported loaded.
+        `blocks` are staging blocks for every token, or vLLM's own (in place), which end
+        where the job's blocks do: the tokens past them are vLLM's to compute."""
         size = self._block_size
+        token_ids = job.token_ids[: len(blocks) * size]
 
         def load(set_id: str) -> kv_cache_pb2.LoadFinished:
             client = self._registration.client
             return client.load(
-                set_id, job.token_ids, paged_blocks(staging),
+                set_id, token_ids, paged_blocks(blocks),
                 tracks=job.tracks or self._settings.tracks,
                 timeout=min(job.deadline or math.inf, self._settings.load_deadline),
                 held_tokens=job.first_block * size,
@@ -122,12 +162,8 @@ class WorkerSide:
             for index in range(job.first_block, len(job.block_ids))
             if any(r.start <= index * size and (index + 1) * size <= r.end for r in finished.loaded)
         ]
-        if whole:
-            source = torch.tensor([staging[i] for i in whole])
-            target = torch.tensor([job.block_ids[i] for i in whole])
-            for cache, buffer in zip(self._caches, self._staging, strict=True):
-                kv = buffer[:, source].reshape(2, -1, *buffer.shape[3:])
-                self._layout.write(cache, target, kv)
+        if whole and self._staging is not None:
+            self._staging.to_cache([blocks[i] for i in whole], [job.block_ids[i] for i in whole])
         return [job.block_ids[i] for i in whole]
 
     def finished_loads(self, wait: float = 0.0) -> set[str]:
@@ -146,25 +182,30 @@ class WorkerSide:
 
     # Publishes --------------------------------------------------------------------------
 
-    def save(self, jobs: Sequence[SaveJob]) -> None:
-        """Copy each prompt's blocks to staging now (vLLM may reuse them after this step),
-        then publish from staging in the background."""
+    def save(self, jobs: Sequence[SaveJob], kept: Sequence[str] = ()) -> None:
+        """Publish each prompt in the background. Through staging, its blocks are copied
+        there first (vLLM may reuse them after this step); in place, vLLM's writes to them are
+        finished first and the blocks stay vLLM's until the sidecar has read them: `kept`
+        names the requests that finished meanwhile, whose blocks vLLM keeps for that."""
+        with self._lock:
+            self._kept.update(kept)
+        if jobs and self._staging is None:
+            torch.cuda.current_stream().synchronize()  # this step's forward wrote them
         for job in jobs:
-            staging = self._free.take(len(job.block_ids))
-            if staging is None:
+            if self._staging is None:
+                self._pool.submit(self._publish, job, job.block_ids)
+                continue
+            staged = self._staging.free.take(len(job.block_ids))
+            if staged is None:
                 log.warning("kvmoq staging full: request %s is not published", job.request_id)
                 continue
-            source = torch.tensor(job.block_ids)
-            target = torch.tensor(staging)
-            for cache, buffer in zip(self._caches, self._staging, strict=True):
-                kv = self._layout.read(cache, source)
-                buffer[:, target] = kv.view(2, len(staging), *buffer.shape[2:])
-            self._pool.submit(self._publish, job, staging)
+            self._staging.from_cache(job.block_ids, staged)
+            self._pool.submit(self._publish, job, staged)
 
-    def _publish(self, job: SaveJob, staging: list[int]) -> None:
+    def _publish(self, job: SaveJob, blocks: list[int]) -> None:
         def publish(set_id: str) -> kv_cache_pb2.PublishResponse:
             return self._registration.client.publish(
-                set_id, job.token_ids, paged_blocks(staging),
+                set_id, job.token_ids, paged_blocks(blocks),
                 tracks=self._settings.tracks, default_track=self._settings.default_track,
             )  # fmt: skip
 
@@ -175,7 +216,19 @@ class WorkerSide:
         except Exception:
             log.exception("kvmoq publish of request %s failed", job.request_id)
         finally:
-            self._free.give(staging)
+            if self._staging is None:
+                with self._lock:
+                    self._read.add(job.request_id)
+            else:
+                self._staging.free.give(blocks)
+
+    def finished_saves(self) -> set[str]:
+        """Finished requests whose blocks the sidecar no longer reads: vLLM may free them."""
+        with self._lock:
+            done = self._read & self._kept
+            self._read -= done
+            self._kept -= done
+        return done
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
