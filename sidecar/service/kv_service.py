@@ -348,17 +348,22 @@ class KVService:
         tracks: Sequence[str] = (),
         held: int = 0,
         relay_wait: float | None = None,
+        write_tokens: int = 0,
     ) -> AsyncIterator[LoadEvent]:
         """Each chunk as it is written, then the outcome; `deadline` in seconds from now.
         The load starts at the chunk that holds token `held`: the model server has the KV
-        of the tokens before it. `relay_wait`: see `LoadBudget` (None: the settings')."""
+        of the tokens before it. `relay_wait`: see `LoadBudget` (None: the settings').
+        `write_tokens`: the tokens with slots in `destination` (0: all); the rest name the
+        prompt only."""
         buffers = self._request(set_id, token_ids)
-        buffers.check(destination, len(token_ids))
-        if not 0 <= held < len(token_ids):
+        writable = write_tokens or len(token_ids)
+        if not 0 <= held < writable <= len(token_ids):
             raise InvalidArgument(
-                f"held_tokens is {held} of {len(token_ids)} tokens: a load brings at least"
-                " the last one"
+                f"held_tokens {held} and write_tokens {write_tokens} of {len(token_ids)}"
+                " tokens: a load writes at least one token after those held, and no token"
+                " past token_ids"
             )
+        buffers.check(destination, writable)
         if deadline <= 0:
             raise DeadlineExceeded(f"the deadline passed {-deadline:.3f} s before the load")
         for track in tracks:
@@ -377,7 +382,7 @@ class KVService:
                     deadline, self.settings.relay_wait if relay_wait is None else relay_wait
                 ),
                 tuple(tracks) or QUALITY_ORDER,
-                held,
+                range(held, writable),
                 events.put_nowait,
             )
         )
@@ -403,13 +408,16 @@ class KVService:
         destination: Placement,
         budget: LoadBudget,
         quality_order: tuple[str, ...],
-        held: int,
+        writing: range,
         emit: Callable[[LoadEvent | Exception], None],
     ) -> None:
+        """Load `token_ids` and write the tokens of `writing` (those after the ones held, up
+        to the ones with slots in `destination`)."""
         clock = asyncio.get_running_loop().time
         started = clock()
         written: list[range] = []
         layout = buffers.layout
+        held = writing.start
 
         def write(tokens: range, kv: torch.Tensor) -> None:
             expected = layout.shape(len(tokens))
@@ -418,9 +426,12 @@ class KVService:
                     f"the published prompt's KV is {tuple(kv.shape)} for {len(tokens)} tokens;"
                     f" these buffers hold {expected}: another model or layout"
                 )
-            buffers.write(destination, tokens, kv)
-            written.append(tokens)
-            emit(ChunkWritten(tokens))
+            kept = range(tokens.start, min(tokens.stop, writing.stop))
+            if not kept:
+                return
+            buffers.write(destination, kept, kv[:, :, : len(kept)])
+            written.append(kept)
+            emit(ChunkWritten(kept))
 
         results: list[LoadResult] = []
         fetched: list[LoadedChunk] = []  # as the subscriber writes them: however the load ends

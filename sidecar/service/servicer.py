@@ -117,6 +117,7 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
                     request.tracks,
                     request.held_tokens,
                     _relay_wait(request),
+                    request.write_tokens,
                 )
             )
             async with events as progress:

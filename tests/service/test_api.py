@@ -457,3 +457,37 @@ def test_a_query_that_extends_a_prompt_published_here_loads_the_rest_through_the
     assert (finished.prompt_id, finished.available_tokens) == (published.prompt_id, 64)
     assert torch.equal(destination.get(0, 64), kv)
     assert sidecar.metric("kvmoq_loaded_chunks_total", track="fp16") == fetched + 2
+
+
+def test_write_tokens_writes_only_the_tokens_with_slots(
+    sidecar: SidecarProcess, contiguous: tuple[str, ContiguousKV], shm: Path
+) -> None:
+    """A GPU cache loaded in place has blocks for the tokens vLLM will not compute: the
+    prompt's last tokens name its last chunk (its digest covers them) but are not written."""
+    source_id, source = contiguous
+    tokens = list(range(900, 940))  # chunks of 16: 16 + 16 + 8
+    kv = torch.randn(LAYOUT.shape(len(tokens)), generator=torch.Generator().manual_seed(9))
+    source.put(10, kv.to(LAYOUT.torch_dtype))
+    sidecar.stub.Publish(
+        pb.PublishRequest(buffer_set_id=source_id, token_ids=tokens, source=token_range(10, 50))
+    )
+    destination = PagedKV(LAYOUT, 8, 16, Path(tempfile.mkdtemp(dir=shm)))
+    set_id = sidecar.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+    ids = [4, 9, 1, 12, 7]  # 36 tokens' slots: the last block half used
+
+    def request(write_tokens: int, *block_ids: int, held: int = 0) -> pb.LoadRequest:
+        return pb.LoadRequest(
+            buffer_set_id=set_id, token_ids=tokens, destination=blocks(*block_ids),
+            held_tokens=held, write_tokens=write_tokens,
+        )  # fmt: skip
+
+    chunks, finished = load(sidecar.stub, request(36, *ids), timeout=60)
+    assert [(c.tokens.start, c.tokens.end) for c in chunks] == [(0, 16), (16, 32), (32, 36)]
+    assert (spans(finished.loaded), finished.compute_tokens) == ([(0, 36)], 4)
+    loaded = destination.gather(ids, 40)
+    assert torch.equal(loaded[:, :, :36], kv[:, :, :36].to(LAYOUT.torch_dtype))
+    assert not loaded[:, :, 36:].any()
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    refused(lambda: load(sidecar.stub, request(41, *ids, 2)), invalid, "write_tokens 41")
+    refused(lambda: load(sidecar.stub, request(16, 4, 9, held=16)), invalid, "held_tokens 16")
+    refused(lambda: load(sidecar.stub, request(36, *ids, 2)), invalid, "36 tokens need 5 blocks")

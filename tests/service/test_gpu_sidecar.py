@@ -28,6 +28,7 @@ pytestmark = [
 LAYERS, HEADS, HEAD_DIM, BLOCK = 4, 2, 64, 16
 TOKENS = 1000  # 63 blocks, the last one partly used
 BLOCKS = -(-TOKENS // BLOCK)
+BUSY_CYCLES = 2_000_000_000
 
 
 def cuda_caches(flashinfer: bool) -> list[torch.Tensor]:
@@ -65,6 +66,11 @@ def test_a_prompt_published_and_loaded_in_place(cert: CertificatePaths, flashinf
             for cache in caches:
                 cache[:, source] = -1.0
             d_set = to_d.register_buffers(buffers.register_request("gpu-test"))
+            # The GPU kept busy by this process meanwhile (about a second of one kernel, on
+            # a stream of its own): the sidecar's copies wait for their time slice, and must
+            # still be complete when the chunks are reported.
+            with torch.cuda.stream(torch.cuda.Stream()):
+                torch.cuda._sleep(BUSY_CYCLES)
             finished = to_d.load(d_set, token_ids, paged_blocks(target), tracks=["fp16"]).wait()
             # No synchronisation here: the chunks reported loaded are complete on the GPU.
             loaded = [cache[:, target].clone() for cache in caches]

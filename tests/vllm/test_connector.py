@@ -8,6 +8,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -15,7 +16,7 @@ import pytest
 from kvmoq_client.client import RECONNECT_WITHIN_S
 from kvmoq_client.vllm.settings import DEFAULT_LOAD_DEADLINE_S
 
-from sidecar.demo.vllm_engines import MODEL_DIR, Engine, Output
+from sidecar.demo.vllm_engines import MODEL_DIR, REPO, VLLM_PYTHON, Engine, Output
 from sidecar.kvcache.naming import chunk_count
 from sidecar.models.corpus import text_token_ids
 from tests.transfer.kv_net import publisher_process
@@ -234,3 +235,28 @@ def test_relay_killed_in_the_middle_of_a_load(stack: Stack) -> None:
     recovered = [line for line in stack.d.child.extra_lines if "KV load failure" in line]
     assert recovered, "the load was over before the relay was killed"
     assert_same_greedy_text(loaded, served)
+
+
+def test_the_in_place_path_keeps_blocks_until_read_and_loads_whole_blocks(stack: Stack) -> None:
+    """The connector's path for GPU caches (tests/vllm/in_place_check.py), its caches in
+    shared memory: what a GPU node does over CUDA IPC, checked through both sidecars."""
+    result = subprocess.run(
+        [str(VLLM_PYTHON), "-P", str(REPO / "tests" / "vllm" / "in_place_check.py"),
+         stack.sidecar_p.grpc, stack.sidecar_d.grpc],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    findings = json.loads(result.stdout.strip().splitlines()[-1])
+    assert findings == {
+        "save_jobs": [["a", True]],
+        "finished_published_keeps_blocks": True,
+        "finished_other_keeps_blocks": False,
+        "kept_next_step": ["a"],
+        "freed_before_finished": [],  # read, but the request was still running
+        "freed_after_read": ["a"],
+        "ready_tokens": 300,
+        "loaded": ["c"],
+        "load_failed_blocks": [],  # every whole block, the last chunk's hash matched
+        "exact": True,  # though P's blocks were reused once freed
+        "unknown_failed_blocks": True,
+    }

@@ -132,10 +132,14 @@ class AsyncKVCacheClient:
         timeout: float | None = None,
         held_tokens: int = 0,
         relay_wait: float | None = None,
+        write_tokens: int = 0,
     ) -> AsyncLoad:
         """Start loading the longest available prefix into `destination` (see `KVCacheClient.load`)."""
+        request = load_request(
+            buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens
+        )
         call = self._stub.Load(
-            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait),
+            request,
             timeout=self._timeout if timeout is None else timeout,
             wait_for_ready=self._wait_for_ready,
         )

@@ -133,6 +133,7 @@ class KVCacheClient(ClosesOnExit):
         timeout: float | None = None,
         held_tokens: int = 0,
         relay_wait: float | None = None,
+        write_tokens: int = 0,
     ) -> Load:
         """Start loading the longest available prefix into `destination`.
 
@@ -142,9 +143,14 @@ class KVCacheClient(ClosesOnExit):
         cache); the load starts at the chunk that holds the first token after them.
         `relay_wait`: seconds to wait for a relay session lost mid-load to come back and
         resume (else the sidecar's `--relay-wait`); past it the load ends RELAY_GONE.
+        `write_tokens`: only the first this many tokens have slots in `destination`; the
+        rest only name the prompt (0: every token has one).
         """
+        request = load_request(
+            buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens
+        )
         call = self._stub.Load(
-            load_request(buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait),
+            request,
             timeout=self._timeout if timeout is None else timeout,
             wait_for_ready=self._wait_for_ready,
         )

@@ -44,6 +44,7 @@ def load_request(
     tracks: Sequence[str],
     held_tokens: int = 0,
     relay_wait: float | None = None,
+    write_tokens: int = 0,
 ) -> kv_cache_pb2.LoadRequest:
     request = kv_cache_pb2.LoadRequest(
         buffer_set_id=buffer_set_id,
@@ -51,6 +52,7 @@ def load_request(
         destination=destination,
         tracks=list(tracks),
         held_tokens=held_tokens,
+        write_tokens=write_tokens,
     )
     if relay_wait is not None:
         if not 0 <= relay_wait < float("inf"):

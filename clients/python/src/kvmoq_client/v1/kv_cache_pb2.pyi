@@ -181,7 +181,7 @@ class LookupResponse(_message.Message):
     def __init__(self, available_tokens: _Optional[int] = ..., ready_tokens: _Optional[int] = ..., prompt_id: _Optional[str] = ..., relay_url: _Optional[str] = ..., estimated_seconds: _Optional[float] = ..., withdrawn: _Optional[bool] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
-    __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks", "held_tokens", "relay_wait")
+    __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks", "held_tokens", "relay_wait", "write_tokens")
     BUFFER_SET_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class LoadRequest(_message.Message):
     TRACKS_FIELD_NUMBER: _ClassVar[int]
     HELD_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RELAY_WAIT_FIELD_NUMBER: _ClassVar[int]
+    WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     buffer_set_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     destination: KVLocation
@@ -196,7 +197,8 @@ class LoadRequest(_message.Message):
     tracks: _containers.RepeatedScalarFieldContainer[str]
     held_tokens: int
     relay_wait: _duration_pb2.Duration
-    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ..., held_tokens: _Optional[int] = ..., relay_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    write_tokens: int
+    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ..., held_tokens: _Optional[int] = ..., relay_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., write_tokens: _Optional[int] = ...) -> None: ...
 
 class LoadProgress(_message.Message):
     __slots__ = ("chunk_loaded", "finished")

@@ -143,17 +143,18 @@ class WorkerSide:
     def _load_into(self, job: LoadJob, blocks: list[int]) -> list[int]:
         """The vLLM blocks written: those whose every token the sidecar reported loaded.
         `blocks` are staging blocks for every token, or vLLM's own (in place), which end
-        where the job's blocks do: the tokens past them are vLLM's to compute."""
+        where the job's blocks do: the tokens past them name the prompt's last chunk, and
+        vLLM computes them."""
         size = self._block_size
-        token_ids = job.token_ids[: len(blocks) * size]
+        writable = min(len(blocks) * size, len(job.token_ids))
 
         def load(set_id: str) -> kv_cache_pb2.LoadFinished:
             client = self._registration.client
             return client.load(
-                set_id, token_ids, paged_blocks(blocks),
+                set_id, job.token_ids, paged_blocks(blocks),
                 tracks=job.tracks or self._settings.tracks,
                 timeout=min(job.deadline or math.inf, self._settings.load_deadline),
-                held_tokens=job.first_block * size,
+                held_tokens=job.first_block * size, write_tokens=writable,
             ).wait()  # fmt: skip
 
         finished = self._registration.call(load)
@@ -189,8 +190,9 @@ class WorkerSide:
         names the requests that finished meanwhile, whose blocks vLLM keeps for that."""
         with self._lock:
             self._kept.update(kept)
-        if jobs and self._staging is None:
-            torch.cuda.current_stream().synchronize()  # this step's forward wrote them
+        device = self._registration.buffers.tensors[0].device
+        if jobs and self._staging is None and device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # this step's forward wrote them
         for job in jobs:
             if self._staging is None:
                 self._pool.submit(self._publish, job, job.block_ids)
