@@ -22,11 +22,12 @@ import torch
 from kvmoq_client.buffers import KVBuffers, allocate_shared_kv
 from kvmoq_client.client import KVCacheClient
 from kvmoq_client.v1 import kv_cache_pb2
-from kvmoq_client.vllm.jobs import LoadJob
+from kvmoq_client.vllm.cache_layout import PagedBlockCopies, paged_kv_view
+from kvmoq_client.vllm.jobs import LoadJob, SaveJob
 from kvmoq_client.vllm.registration import Registration
 from kvmoq_client.vllm.scheduler import SchedulerSide
 from kvmoq_client.vllm.settings import ConnectorSettings
-from kvmoq_client.vllm.worker import WorkerSide
+from kvmoq_client.vllm.worker import Staging, WorkerSide
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from vllm.v1.request import Request
@@ -65,6 +66,26 @@ def scheduler_output(request: Request, blocks: list[int]) -> SchedulerOutput:
     )
 
 
+def check_views() -> list[str]:
+    """What `paged_kv_view` makes of each CUDA backend's cache shape."""
+    flash_attn = torch.zeros(2, 7, BLOCK, HEADS, HEAD_DIM)
+    flashinfer = torch.zeros(7, 2, BLOCK, HEADS, HEAD_DIM)
+    seen = []
+    for cache in (flash_attn, flashinfer):
+        view = paged_kv_view(cache, BLOCK, HEADS, HEAD_DIM)
+        same_memory = view.data_ptr() == cache.data_ptr() and view.shape == flash_attn.shape
+        view[1, 3, 2] = 1.0  # V of token 2 in block 3
+        placed = cache[1, 3, 2] if cache is flash_attn else cache[3, 1, 2]
+        seen.append("view" if same_memory and bool(placed.all()) else "copy")
+    for wrong in ((2, 2, BLOCK, HEADS, HEAD_DIM), (7, 2, BLOCK, HEADS + 1, HEAD_DIM)):
+        try:
+            paged_kv_view(torch.zeros(wrong), BLOCK, HEADS, HEAD_DIM)
+            seen.append("accepted")
+        except ValueError as exc:
+            seen.append("2 blocks" if "2 blocks" in str(exc) else "neither")
+    return seen
+
+
 def until(condition, what: str):  # type: ignore[no-untyped-def]
     end = time.monotonic() + WAIT_S
     while time.monotonic() < end:
@@ -79,6 +100,7 @@ def main() -> None:
     p_grpc, d_grpc = sys.argv[1:3]
     settings = ConnectorSettings(sidecar=p_grpc, tracks=("fp16",), default_track="fp16")
     findings: dict[str, object] = {}
+    findings["views"] = check_views()
     token_ids = [1000 + 3 * i for i in range(PROMPT)]
     source = list(range(40, 40 + 19))[::-1]  # scattered: vLLM's blocks in any order
     target = list(range(3, 41, 2))
@@ -89,7 +111,7 @@ def main() -> None:
     )
     scheduler = SchedulerSide(
         Registration(KVCacheClient(p_grpc), lookups, MODEL), BLOCK,
-        loads=False, saves=True, in_place=True,
+        loads=False, saves=True, keep_published_blocks=True,
     )  # fmt: skip
     published = Request("a", token_ids, SamplingParams(max_tokens=1), None)
     other = Request("b", token_ids[:50], SamplingParams(max_tokens=1), None)
@@ -105,9 +127,8 @@ def main() -> None:
     for cache in p_buffers.tensors:
         cache[:, source] = torch.randn(cache[:, source].shape).half()
     expected = [cache[:, source].clone() for cache in p_buffers.tensors]
-    p_worker = WorkerSide(
-        settings, Registration(KVCacheClient(p_grpc), p_buffers, MODEL), BLOCK, None
-    )
+    p_registration = Registration(KVCacheClient(p_grpc), p_buffers, MODEL)
+    p_worker = WorkerSide(settings, p_registration, BLOCK, None, keep_published_blocks=True)
     p_worker.save(jobs.saves)
     time.sleep(0.5)
     findings["freed_before_finished"] = sorted(p_worker.finished_saves())
@@ -120,7 +141,7 @@ def main() -> None:
     d_settings = ConnectorSettings(sidecar=d_grpc, tracks=("fp16",), load_deadline=30.0)
     d_buffers = caches()
     d_registration = Registration(KVCacheClient(d_grpc), d_buffers, MODEL)
-    d_worker = WorkerSide(d_settings, d_registration, BLOCK, None)
+    d_worker = WorkerSide(d_settings, d_registration, BLOCK, None, keep_published_blocks=True)
     # The scheduler side's Lookup comes first in vLLM.
     findings["ready_tokens"] = d_registration.call(
         lambda set_id: d_registration.client.lookup(set_id, token_ids)
@@ -136,6 +157,42 @@ def main() -> None:
     d_worker.start_loads([LoadJob("d", [5] * 40, unknown, 0)])
     until(lambda: d_worker.finished_loads(0.1), "the failed load")
     findings["unknown_failed_blocks"] = sorted(d_worker.failed_blocks()) == unknown
+
+    # The fallback where the sidecar cannot map a GPU cache: vLLM's private cache (here on
+    # the CPU) copied through staging; its blocks are read once copied there.
+    staged_ids = [7 * i for i in range(PROMPT)]
+    shape = (2, BLOCKS, BLOCK, HEADS, HEAD_DIM)
+    sources = [torch.randn(shape).half() for _ in range(LAYERS)]
+    targets = [torch.zeros(shape, dtype=torch.float16) for _ in range(LAYERS)]
+
+    def staged(grpc: str, private: list[torch.Tensor]) -> WorkerSide:
+        staging = caches()
+        return WorkerSide(
+            ConnectorSettings(sidecar=grpc, tracks=("fp16",), load_deadline=30.0),
+            Registration(KVCacheClient(grpc), staging, MODEL), BLOCK,
+            Staging(private, PagedBlockCopies(), staging.tensors), keep_published_blocks=True,
+        )  # fmt: skip
+
+    sp_worker, sd_worker = staged(p_grpc, sources), staged(d_grpc, targets)
+    sp_worker.save([SaveJob("e", staged_ids, source)], kept=["e"])
+    findings["staged_freed_once_copied"] = sorted(sp_worker.finished_saves())
+    found = until(
+        lambda: (
+            d_registration.call(
+                lambda set_id: d_registration.client.lookup(set_id, staged_ids)
+            ).ready_tokens
+        ),
+        "the staged publish",
+    )
+    sd_worker.start_loads([LoadJob("f", staged_ids[:found], target[:18], 0)])
+    until(lambda: sd_worker.finished_loads(0.1), "the staged load")
+    findings["staged_failed_blocks"] = sorted(sd_worker.failed_blocks())
+    findings["staged_exact"] = all(
+        torch.equal(got[:, target[:18]], sent[:, source[:18]])
+        for got, sent in zip(targets, sources, strict=True)
+    )
+    for closing in (sp_worker, sd_worker):
+        closing.close()
     for closing in (p_worker, d_worker, scheduler):
         closing.close()
     print(json.dumps(findings))

@@ -209,6 +209,38 @@ def test_blocks_in_vllms_own_prefix_cache_are_not_fetched_again(stack: Stack) ->
     assert_same_greedy_text(loaded, served)
 
 
+def test_the_in_place_path_keeps_blocks_until_read_and_loads_whole_blocks(stack: Stack) -> None:
+    """The connector's paths for GPU caches (tests/vllm/in_place_check.py): in place, its
+    caches in shared memory as a GPU node's are shared over CUDA IPC, and the fallback
+    through staging, checked through both sidecars."""
+    result = subprocess.run(
+        [str(VLLM_PYTHON), "-P", str(REPO / "tests" / "vllm" / "in_place_check.py"),
+         stack.sidecar_p.grpc, stack.sidecar_d.grpc],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    findings = json.loads(result.stdout.strip().splitlines()[-1])
+    assert findings == {
+        # FlashAttention's and FlashInfer's caches as views; refused: 2 blocks, a wrong shape.
+        "views": ["view", "view", "2 blocks", "neither"],
+        "save_jobs": [["a", True]],
+        "finished_published_keeps_blocks": True,
+        "finished_other_keeps_blocks": False,
+        "kept_next_step": ["a"],
+        "freed_before_finished": [],  # read, but the request was still running
+        "freed_after_read": ["a"],
+        "ready_tokens": 300,
+        "loaded": ["c"],
+        "load_failed_blocks": [],  # every whole block, the last chunk's hash matched
+        "exact": True,  # though P's blocks were reused once freed
+        "unknown_failed_blocks": True,
+        # A GPU cache the sidecar cannot map, staged through shared memory instead.
+        "staged_freed_once_copied": ["e"],
+        "staged_failed_blocks": [],
+        "staged_exact": True,
+    }
+
+
 def test_relay_killed_in_the_middle_of_a_load(stack: Stack) -> None:
     """The last test of the module: the relay does not come back. D's sidecar notices it
     within about a second, reports the chunks it verified, and vLLM recomputes the rest."""
@@ -235,28 +267,3 @@ def test_relay_killed_in_the_middle_of_a_load(stack: Stack) -> None:
     recovered = [line for line in stack.d.child.extra_lines if "KV load failure" in line]
     assert recovered, "the load was over before the relay was killed"
     assert_same_greedy_text(loaded, served)
-
-
-def test_the_in_place_path_keeps_blocks_until_read_and_loads_whole_blocks(stack: Stack) -> None:
-    """The connector's path for GPU caches (tests/vllm/in_place_check.py), its caches in
-    shared memory: what a GPU node does over CUDA IPC, checked through both sidecars."""
-    result = subprocess.run(
-        [str(VLLM_PYTHON), "-P", str(REPO / "tests" / "vllm" / "in_place_check.py"),
-         stack.sidecar_p.grpc, stack.sidecar_d.grpc],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    findings = json.loads(result.stdout.strip().splitlines()[-1])
-    assert findings == {
-        "save_jobs": [["a", True]],
-        "finished_published_keeps_blocks": True,
-        "finished_other_keeps_blocks": False,
-        "kept_next_step": ["a"],
-        "freed_before_finished": [],  # read, but the request was still running
-        "freed_after_read": ["a"],
-        "ready_tokens": 300,
-        "loaded": ["c"],
-        "load_failed_blocks": [],  # every whole block, the last chunk's hash matched
-        "exact": True,  # though P's blocks were reused once freed
-        "unknown_failed_blocks": True,
-    }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -238,3 +239,28 @@ def paged_kv_view(cache: torch.Tensor, block_size: int, heads: int, head_dim: in
         f" [2, blocks, {block_size}, {heads}, {head_dim}] nor FlashInfer's"
         f" [blocks, 2, {block_size}, {heads}, {head_dim}]"
     )
+
+
+class BlockCopies(Protocol):
+    """How a connector copies whole blocks between vLLM's cache and staging."""
+
+    def read(self, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+        """The KV of `blocks` as `[2, len(blocks) * block_size, H, D]`, on the host."""
+        ...
+
+    def write(self, cache: torch.Tensor, blocks: torch.Tensor, kv: torch.Tensor) -> None:
+        """Inverse of `read`."""
+        ...
+
+
+class PagedBlockCopies:
+    """Block copies of a `[2, blocks, block_size, H, D]` cache (`paged_kv_view`), one
+    indexed copy each way: a GPU cache the sidecar cannot map, staged through the host."""
+
+    def read(self, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+        kv = cache[:, blocks.to(cache.device)]
+        return kv.reshape(2, -1, *cache.shape[3:]).cpu()
+
+    def write(self, cache: torch.Tensor, blocks: torch.Tensor, kv: torch.Tensor) -> None:
+        values = kv.reshape(2, len(blocks), *cache.shape[2:]).to(cache.device)
+        cache[:, blocks.to(cache.device)] = values

@@ -33,8 +33,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from kvmoq_client.buffers import allocate_shared_kv, share_cuda_kv
 from kvmoq_client.client import KVCacheClient
+from kvmoq_client.errors import FailedPrecondition, InvalidArgument, SidecarError
 from kvmoq_client.v1 import kv_cache_pb2
-from kvmoq_client.vllm.cache_layout import BlockLayout, paged_kv_view
+from kvmoq_client.vllm.cache_layout import (
+    BlockCopies,
+    BlockLayout,
+    PagedBlockCopies,
+    paged_kv_view,
+)
 from kvmoq_client.vllm.jobs import StepJobs
 from kvmoq_client.vllm.registration import Registration
 from kvmoq_client.vllm.scheduler import SchedulerSide
@@ -88,7 +94,7 @@ class KVMoqConnector(KVConnectorBase_V1):
             self._scheduler = SchedulerSide(
                 Registration(client, buffers, self._model), self._block_size,
                 loads=transfer.is_kv_consumer, saves=transfer.is_kv_producer,
-                in_place=vllm_config.device_config.device_type == "cuda",
+                keep_published_blocks=_on_gpu(vllm_config),
             )  # fmt: skip
 
     # Scheduler side ---------------------------------------------------------------------
@@ -126,7 +132,8 @@ class KVMoqConnector(KVConnectorBase_V1):
 
     def _in_place(self, caches: list[torch.Tensor]) -> WorkerSide:
         """A GPU cache: the sidecar maps every layer's blocks over CUDA IPC and reads and
-        writes them in place."""
+        writes them in place; where it cannot (another GPU, a container without IPC), the
+        blocks go through shared-memory staging, said here once."""
         model = self._vllm_config.model_config
         parallel = self._vllm_config.parallel_config
         views = [
@@ -135,12 +142,22 @@ class KVMoqConnector(KVConnectorBase_V1):
             )
             for cache in caches
         ]
+        client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
+        registration = Registration(client, share_cuda_kv(views), self._model)
+        try:
+            registration.call(lambda set_id: set_id)
+        except (InvalidArgument, FailedPrecondition) as exc:
+            log.warning("kvmoq: the sidecar cannot map vLLM's CUDA cache (%s); loads and"
+                        " publishes copy through shared-memory staging", exc)  # fmt: skip
+            registration.close()
+            return self._with_staging(views, PagedBlockCopies(), views[0].shape[3:])
+        except SidecarError:
+            pass  # not up yet: the registration is made on first use
         log.info("kvmoq: vLLM's %s CUDA cache, %d blocks of %d, shared in place over CUDA IPC",
                  views[0].dtype, views[0].shape[1], self._block_size)  # fmt: skip
-        buffers = share_cuda_kv(views)
-        client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
-        registration = Registration(client, buffers, self._model)
-        return WorkerSide(self._settings, registration, self._block_size, staging=None)
+        return WorkerSide(
+            self._settings, registration, self._block_size, None, keep_published_blocks=True
+        )
 
     def _staged(self, caches: list[torch.Tensor]) -> WorkerSide:
         """vLLM's CPU attention backend: copies through shared-memory staging."""
@@ -158,16 +175,24 @@ class KVMoqConnector(KVConnectorBase_V1):
         layout = BlockLayout.probe(first, isa, cache_dtype)
         log.info("kvmoq: vLLM's %s cache blocks (ISA %s) copied by the %s path",
                  first.dtype, isa, layout.path)  # fmt: skip
-        blocks = math.ceil(self._settings.staging_tokens / block_size)
+        return self._with_staging(caches, layout, (heads, double_head // 2))
+
+    def _with_staging(
+        self, caches: list[torch.Tensor], copies: BlockCopies, head_shape: tuple[int, ...]
+    ) -> WorkerSide:
+        heads, head_size = head_shape
+        blocks = math.ceil(self._settings.staging_tokens / self._block_size)
         staging = allocate_shared_kv(
-            len(caches), heads, double_head // 2, first.dtype,
-            kv_cache_pb2.PagedLayout(num_blocks=blocks, block_size=block_size),
+            len(caches), heads, head_size, caches[0].dtype,
+            kv_cache_pb2.PagedLayout(num_blocks=blocks, block_size=self._block_size),
         )  # fmt: skip
         client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
         registration = Registration(client, staging, self._model)
         return WorkerSide(
-            self._settings, registration, block_size, Staging(caches, layout, staging.tensors)
-        )
+            self._settings, registration, self._block_size,
+            Staging(caches, copies, staging.tensors),
+            keep_published_blocks=_on_gpu(self._vllm_config),
+        )  # fmt: skip
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         jobs = self._step_jobs()
@@ -218,6 +243,12 @@ class KVMoqConnector(KVConnectorBase_V1):
     def _working(self) -> WorkerSide:
         assert self._worker is not None, "register_kv_caches was not called"
         return self._worker
+
+
+def _on_gpu(config: VllmConfig) -> bool:
+    """Whether vLLM's cache is on a GPU, where a published request's blocks are kept past
+    its end until read (in place, or into staging): the rule both sides follow."""
+    return config.device_config.device_type == "cuda"
 
 
 def _check_supported(config: VllmConfig) -> None:

@@ -92,15 +92,15 @@ class SchedulerSide:
         *,
         loads: bool,
         saves: bool,
-        in_place: bool = False,
+        keep_published_blocks: bool = False,
     ) -> None:
         self._registration = registration
         self._block_size = block_size
         self._loads = loads
         self._saves = saves
-        self._in_place = in_place
-        """The sidecar reads vLLM's own blocks (a GPU cache over CUDA IPC): a published
-        request's blocks stay allocated until the worker says the sidecar has read them."""
+        self._keep_published_blocks = keep_published_blocks
+        """A GPU cache, which the sidecar reads in place: a published request's blocks stay
+        allocated past its end until the worker says they were read."""
         self._publishing: set[str] = set()
         self._kept: list[str] = []
         """Requests finished since the last step whose blocks vLLM keeps for the sidecar."""
@@ -213,7 +213,7 @@ class SchedulerSide:
         if computed < len(prefill.token_ids) or not prefill.token_ids:
             return
         del self._prefilling[request_id]
-        if self._in_place:
+        if self._keep_published_blocks:
             self._publishing.add(request_id)
         blocks = -(-len(prefill.token_ids) // self._block_size)
         done.append(SaveJob(request_id, prefill.token_ids, prefill.block_ids[:blocks]))

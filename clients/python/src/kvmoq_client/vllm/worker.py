@@ -21,7 +21,7 @@ import torch
 from kvmoq_client.errors import SidecarError
 from kvmoq_client.requests import paged_blocks
 from kvmoq_client.v1 import kv_cache_pb2
-from kvmoq_client.vllm.cache_layout import BlockLayout
+from kvmoq_client.vllm.cache_layout import BlockCopies
 from kvmoq_client.vllm.jobs import LoadJob, SaveJob
 from kvmoq_client.vllm.registration import Registration
 from kvmoq_client.vllm.settings import ConnectorSettings
@@ -52,14 +52,15 @@ class StagingBlocks:
 
 
 class Staging:
-    """vLLM's private CPU cache and the shared staging area the sidecar maps, block by block:
-    every load and publish goes through it, one copy each way (`BlockLayout`)."""
+    """vLLM's cache and the shared staging area the sidecar maps, block by block: every load
+    and publish goes through it, one copy each way (`BlockCopies`: vLLM's CPU layout as
+    probed, or a GPU cache the sidecar cannot map)."""
 
     def __init__(
-        self, caches: list[torch.Tensor], layout: BlockLayout, staging: list[torch.Tensor]
+        self, caches: list[torch.Tensor], copies: BlockCopies, staging: list[torch.Tensor]
     ) -> None:
         self._caches = caches
-        self._layout = layout
+        self._copies = copies
         self._staging = staging  # per layer [2, blocks, size, H, D]
         self.free = StagingBlocks(staging[0].shape[1])
 
@@ -68,20 +69,22 @@ class Staging:
         source, target = torch.tensor(staged), torch.tensor(blocks)
         for cache, buffer in zip(self._caches, self._staging, strict=True):
             kv = buffer[:, source].reshape(2, -1, *buffer.shape[3:])
-            self._layout.write(cache, target, kv)
+            self._copies.write(cache, target, kv)
 
     def from_cache(self, blocks: Sequence[int], staged: Sequence[int]) -> None:
         """vLLM's blocks `blocks` into staging blocks `staged` (a prompt to publish)."""
         source, target = torch.tensor(blocks), torch.tensor(staged)
         for cache, buffer in zip(self._caches, self._staging, strict=True):
-            kv = self._layout.read(cache, source)
+            kv = self._copies.read(cache, source)
             buffer[:, target] = kv.view(2, len(staged), *buffer.shape[2:])
 
 
 class WorkerSide:
     """Loads and publishes for one worker: through `staging` (a CPU cache), or, without it,
     in place in vLLM's blocks, which the registration's buffers then are (a GPU cache the
-    sidecar maps over CUDA IPC)."""
+    sidecar maps over CUDA IPC). With `keep_published_blocks` (vLLM on a GPU: the scheduler
+    side keeps a published request's blocks past its end), the requests whose blocks were
+    read are reported in `finished_saves`."""
 
     def __init__(
         self,
@@ -89,6 +92,8 @@ class WorkerSide:
         registration: Registration,
         block_size: int,
         staging: Staging | None,
+        *,
+        keep_published_blocks: bool = False,
     ) -> None:
         self._settings = settings
         self._registration = registration
@@ -99,8 +104,10 @@ class WorkerSide:
         self._loading = 0
         self._loaded: set[str] = set()
         self._failed_blocks: set[int] = set()
+        self._keep_published_blocks = keep_published_blocks
         self._read: set[str] = set()
-        """Published in place: the sidecar has read the request's blocks."""
+        """Published requests whose blocks were read (in place by the sidecar, or into
+        staging), kept only with `keep_published_blocks`."""
         self._kept: set[str] = set()
         """Finished requests whose blocks vLLM keeps until they are read."""
 
@@ -186,8 +193,8 @@ class WorkerSide:
     def save(self, jobs: Sequence[SaveJob], kept: Sequence[str] = ()) -> None:
         """Publish each prompt in the background. Through staging, its blocks are copied
         there first (vLLM may reuse them after this step); in place, vLLM's writes to them are
-        finished first and the blocks stay vLLM's until the sidecar has read them: `kept`
-        names the requests that finished meanwhile, whose blocks vLLM keeps for that."""
+        finished first and the sidecar reads them meanwhile. `kept`: requests finished since
+        the last step whose blocks vLLM keeps until `finished_saves` names them."""
         with self._lock:
             self._kept.update(kept)
         device = self._registration.buffers.tensors[0].device
@@ -200,9 +207,10 @@ class WorkerSide:
             staged = self._staging.free.take(len(job.block_ids))
             if staged is None:
                 log.warning("kvmoq staging full: request %s is not published", job.request_id)
-                continue
-            self._staging.from_cache(job.block_ids, staged)
-            self._pool.submit(self._publish, job, staged)
+            else:
+                self._staging.from_cache(job.block_ids, staged)
+                self._pool.submit(self._publish, job, staged)
+            self._blocks_read(job.request_id)
 
     def _publish(self, job: SaveJob, blocks: list[int]) -> None:
         def publish(set_id: str) -> kv_cache_pb2.PublishResponse:
@@ -219,10 +227,14 @@ class WorkerSide:
             log.exception("kvmoq publish of request %s failed", job.request_id)
         finally:
             if self._staging is None:
-                with self._lock:
-                    self._read.add(job.request_id)
+                self._blocks_read(job.request_id)
             else:
                 self._staging.free.give(blocks)
+
+    def _blocks_read(self, request_id: str) -> None:
+        if self._keep_published_blocks:
+            with self._lock:
+                self._read.add(request_id)
 
     def finished_saves(self) -> set[str]:
         """Finished requests whose blocks the sidecar no longer reads: vLLM may free them."""
