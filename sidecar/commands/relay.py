@@ -186,10 +186,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="QUIC stack: aioquic (pure Python), qh3 (Rust core; pip install 'kvmoq[fast]'), "
         "aiopquic (picoquic in C on a thread of its own, Python >= 3.12; pip install "
         "'kvmoq[pquic]'; sizes its own packets, at most 1536 bytes: its clients must send "
-        "no bigger ones). Default: the fastest installed, as measured by kvmoq bench "
-        "transport: for internet-size packets aiopquic (2x qh3, on less than half its CPU "
-        "per GB), then qh3 (4x aioquic); above 1500 bytes aioquic (a little faster than qh3 "
-        "there)",
+        "no bigger ones). Default, as measured by kvmoq bench transport and interop: for "
+        "internet-size packets aiopquic (2x qh3, on less than half its CPU per GB), then "
+        "aioquic (qh3 is 4x faster but fails the handshakes of picoquic clients such as "
+        "aiomoqt's); above 1500 bytes aioquic (a little faster than qh3 there)",
     )
     parser.add_argument(
         "--max-datagram-size",

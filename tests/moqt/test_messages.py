@@ -227,3 +227,13 @@ def test_fetch_end_is_one_past_the_last_object_that_is_not_an_end_marker() -> No
     marker = TrackObject(2, b"", status=ObjectStatus.END_OF_GROUP)
     assert m.fetch_end([*content, (5, marker)]) == Location(5, 2)
     assert m.fetch_end([(5, marker)]) == Location(5, 3)
+
+
+def test_a_goaway_uri_over_its_bound_is_refused() -> None:
+    """A GOAWAY's new session URI is bounded (`MAX_GOAWAY_URI`): a peer cannot make the
+    session buffer an arbitrary URI."""
+    at_bound = m.Goaway(b"u" * m.MAX_GOAWAY_URI).encode()
+    assert m.decode_control(at_bound)[0] == m.Goaway(b"u" * m.MAX_GOAWAY_URI)
+    over = m.Goaway(b"u" * (m.MAX_GOAWAY_URI + 1)).encode()
+    with pytest.raises(DecodeError, match="new session URI"):
+        m.decode_control(over)

@@ -30,7 +30,11 @@ from sidecar.moqt.protocol.errors import (
     SubscribeErrorCode,
     SubscribeNamespaceErrorCode,
 )
-from sidecar.moqt.protocol.messages.parameters import SetupParameters, authorization_token
+from sidecar.moqt.protocol.messages.parameters import (
+    MAX_TOKEN_BYTES,
+    SetupParameters,
+    authorization_token,
+)
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.moqt.relay.auth import AuthError, Authorizer, Grant, sign
 from tests.moqt.test_api import run
@@ -114,6 +118,24 @@ def test_sessions_without_a_usable_token_are_refused(
     with pytest.raises(AuthError) as refused:
         Authorizer(load_key(keys["hs"])).grant(setup)
     assert refused.value.code == code
+
+
+def test_a_token_over_the_length_bound_is_refused_though_validly_signed(
+    keys: dict[str, Path],
+) -> None:
+    key = load_key(keys["hs"])
+    authorizer = Authorizer(key)
+
+    def padded(size: int) -> str:
+        claims = {"root": ROOT, "pub": "", "iat": int(time.time()), "pad": "x" * size}
+        return jwt.encode(claims, key.key, "HS256")
+
+    assert authorizer.grant(setup_with(padded(MAX_TOKEN_BYTES // 2))).may_publish(MINE)
+    long = padded(MAX_TOKEN_BYTES)
+    assert len(authorization_token(long.encode())) > MAX_TOKEN_BYTES
+    with pytest.raises(AuthError) as refused:
+        authorizer.grant(setup_with(long))
+    assert refused.value.code == SessionErrorCode.MALFORMED_AUTH_TOKEN
 
 
 def test_forged_expired_and_unsigned_tokens_are_refused(keys: dict[str, Path]) -> None:

@@ -46,14 +46,18 @@ ETHERNET_DATAGRAM_SIZE = 1500
 """Above this only loopback and jumbo-frame paths carry a packet; self-sized stacks never do."""
 
 RELAY_PREFERENCE: dict[bool, tuple[BackendName, ...]] = {
-    True: ("aiopquic", "qh3", "aioquic"),
+    True: ("aiopquic", "aioquic", "qh3"),
     False: ("aioquic", "qh3"),
 }
-"""The relay's stacks, fastest first, for internet-size packets (True) and bigger ones, from
-`kvmoq bench transport` (docs/benchmarks.md): at 1350 bytes a relay on aiopquic moves 2x
-what one on qh3 does (qh3 clients both) on less than half the CPU per GB, and qh3 4x
-aioquic; at 16 KiB aioquic edges out qh3 (qh3 clients ask for 1472-byte packets, which a
-qh3 relay then sends them) and aiopquic cannot take such packets."""
+"""The relay's stacks for internet-size packets (True) and bigger ones, in order of choice,
+from `kvmoq bench transport` (docs/benchmarks.md) and interop: at 1350 bytes a relay on
+aiopquic moves 2x what one on qh3 does (qh3 clients both) on less than half the CPU per GB,
+and qh3 4x aioquic, but a qh3 2.1 server fails the handshakes of picoquic clients (aiomoqt's:
+"packet builder capacity exhausted" in its transmit, each setup 4.4 s instead of 0.1, and
+half of aiomoqt's interop cases timing out), so a relay takes aioquic before it
+(tests/interop/test_aiomoqt_suite.py). At 16 KiB aioquic edges out qh3 (qh3 clients ask for
+1472-byte packets, which a qh3 relay then sends them) and aiopquic cannot take such
+packets."""
 
 SIDECAR_PREFERENCE: tuple[BackendName, ...] = ("qh3", "aioquic")
 """The sidecar's stacks (Python 3.11, where the CPU torch build is: no aiopquic), fastest
