@@ -37,8 +37,8 @@ PHASE = os.environ.get("KVMOQ_TEST_PHASE")
 `timing` only those (alone, so no other test takes their CPU); unset, everything runs."""
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # One torch thread per worker: with two workers on two cores, torch's default of two
-    # threads each made them wait on each other at every op (model tests ran 3x slower).
+    # One torch thread per worker: with several workers on two cores, torch's default of
+    # two threads each made them wait on each other at every op (model tests ran 3x slower).
     # The same for every process a test starts (a bench, a model server, a vLLM engine):
     # they inherit OMP_NUM_THREADS, which torch reads at start. vLLM's CPU worker binds its
     # own OpenMP threads, one to each core, unless told not to: with a core busy elsewhere
