@@ -48,6 +48,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked `cuda` run where torch sees a CUDA GPU (scripts/gpu-check.sh)."""
+    if item.get_closest_marker("cuda") is not None and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (scripts/gpu-check.sh runs it on one)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if PHASE is None:
         return

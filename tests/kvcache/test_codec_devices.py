@@ -13,7 +13,7 @@ import torch
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
 from sidecar.kvcache.layout import KVLayout
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.cuda
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

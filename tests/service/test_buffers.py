@@ -17,7 +17,7 @@ DEVICES = [
     "cpu",
     pytest.param(
         "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        marks=pytest.mark.cuda,
     ),
 ]
 

@@ -20,10 +20,7 @@ from sidecar.moqt.aio.tls import CertificatePaths
 from tests.moqt.test_relay_harness import running_relay
 from tests.service.sidecar_proc import running_sidecar
 
-pytestmark = [
-    pytest.mark.cuda,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.cuda
 
 LAYERS, HEADS, HEAD_DIM, BLOCK = 4, 2, 64, 16
 TOKENS = 1000  # 63 blocks, the last one partly used

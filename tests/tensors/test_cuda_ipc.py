@@ -91,7 +91,7 @@ sys.stdin.readline()
 """
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+@pytest.mark.cuda
 def test_a_cuda_buffer_is_shared_between_two_processes() -> None:
     from google.protobuf import json_format
 

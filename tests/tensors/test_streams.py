@@ -9,7 +9,6 @@ import torch
 from sidecar.tensors import CodecStreams
 from sidecar.tensors.nvml import LOWEST_STREAM_PRIORITY
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def test_on_the_cpu_there_are_no_streams_and_the_block_just_runs() -> None:
@@ -29,7 +28,7 @@ def test_an_error_in_the_block_passes_through() -> None:
         raise RuntimeError("inside")
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_gpu_work_runs_on_a_lowest_priority_stream_taken_in_turn() -> None:
     device = torch.device("cuda", 0)
     streams = CodecStreams.for_device(device)
@@ -45,7 +44,7 @@ def test_gpu_work_runs_on_a_lowest_priority_stream_taken_in_turn() -> None:
     assert used[0] == used[-1] and len(set(used[:-1])) == len(streams.streams)
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_gpu_work_waits_for_what_came_before_and_is_done_when_the_block_ends() -> None:
     device = torch.device("cuda", 0)
     streams = CodecStreams.for_device(device)
