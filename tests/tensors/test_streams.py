@@ -10,7 +10,6 @@ from sidecar.tensors import CodecStreams
 from sidecar.tensors.nvml import LOWEST_STREAM_PRIORITY
 
 
-
 def test_on_the_cpu_there_are_no_streams_and_the_block_just_runs() -> None:
     streams = CodecStreams.for_device(torch.device("cpu"))
     assert streams.plan.device == torch.device("cpu") and streams.streams == []
