@@ -146,15 +146,19 @@ def main() -> None:
     findings["ready_tokens"] = d_registration.call(
         lambda set_id: d_registration.client.lookup(set_id, token_ids)
     ).ready_tokens
-    d_worker.start_loads([LoadJob("c", token_ids, target[:18], 0)])
+    # Every token but the last (vLLM computes it): 18 blocks and 11 tokens of the 19th.
+    d_worker.start_loads([LoadJob("c", token_ids, target[:19], 0, PROMPT - 1)])
     findings["loaded"] = sorted(until(lambda: d_worker.finished_loads(0.1), "the load"))
     findings["load_failed_blocks"] = sorted(d_worker.failed_blocks())
+    tail = (PROMPT - 1) % BLOCK
     findings["exact"] = all(
         torch.equal(cache[:, target[:18]], want[:, :18])
+        and torch.equal(cache[:, target[18], :tail], want[:, 18, :tail])
+        and not cache[:, target[18], tail:].any()  # left for vLLM to compute
         for cache, want in zip(d_buffers.tensors, expected, strict=True)
     )
     unknown = [7, 9]
-    d_worker.start_loads([LoadJob("d", [5] * 40, unknown, 0)])
+    d_worker.start_loads([LoadJob("d", [5] * 40, unknown, 0, 32)])
     until(lambda: d_worker.finished_loads(0.1), "the failed load")
     findings["unknown_failed_blocks"] = sorted(d_worker.failed_blocks()) == unknown
 
@@ -184,11 +188,12 @@ def main() -> None:
         ),
         "the staged publish",
     )
-    sd_worker.start_loads([LoadJob("f", staged_ids[:found], target[:18], 0)])
+    sd_worker.start_loads([LoadJob("f", staged_ids[:found], target[:19], 0, PROMPT - 1)])
     until(lambda: sd_worker.finished_loads(0.1), "the staged load")
     findings["staged_failed_blocks"] = sorted(sd_worker.failed_blocks())
     findings["staged_exact"] = all(
         torch.equal(got[:, target[:18]], sent[:, source[:18]])
+        and torch.equal(got[:, target[18], :tail], sent[:, source[18], :tail])
         for got, sent in zip(targets, sources, strict=True)
     )
     for closing in (sp_worker, sd_worker):

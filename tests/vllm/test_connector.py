@@ -26,10 +26,13 @@ pytestmark = pytest.mark.slow
 
 CHUNK = 128
 PROMPT = 1000
-"""Tokens of a prompt: 7 whole chunks and a partial one, so a load brings 896 (the sidecar
-loads whole chunks; tests/test_demo.py has a prompt of whole chunks, loaded up to the block of
-its last token)."""
-LOADED = PROMPT // CHUNK * CHUNK
+"""Tokens of a prompt: 7 whole chunks and a partial one (tests/test_demo.py has a prompt of
+whole chunks)."""
+LOADED = PROMPT - 1
+"""Every token but the last, which vLLM computes for its logits: the last block is loaded
+partly."""
+SHARED = PROMPT // CHUNK * CHUNK
+"""What a longer prompt loads of it: its whole chunks (the partial one's digest differs)."""
 LONG_PROMPT = 4000
 """Long enough (31 chunks, 92 MB of fp16, about 0.4 s on loopback) to kill a load half way."""
 KILL_AFTER_S = 0.1
@@ -109,7 +112,7 @@ def test_a_longer_prompt_loads_the_shared_chunks_and_computes_the_rest(stack: St
     longer = prompt(3, PROMPT + 500)
     served_by_p(stack, shared)
     extended = generate(stack.d, longer)
-    assert extended.cached_tokens == LOADED
+    assert extended.cached_tokens == SHARED
     (reference,) = stack.p.run(request(longer)).outputs  # P computes it (its own cache aside)
     assert_same_greedy_text(extended, reference)
 
@@ -169,7 +172,7 @@ def test_a_chunk_that_fails_verification_is_recomputed(
         assert stack.sidecar_d.child.log_tail(100_000).count("load_started") == loads + 1
     (reference,) = served_by_p(stack, ids)
     assert_same_greedy_text(loaded, reference)
-    # vLLM counts the load's tokens as cached when it schedules it (896) and says what it
+    # vLLM counts the load's tokens as cached when it schedules it (999) and says what it
     # recomputed once the connector reported the block failed: everything from there on.
     recovered = [line for line in stack.d.child.extra_lines if "KV load failure" in line]
     assert recovered and f"({LOADED - corrupt * CHUNK} tokens affected)" in recovered[-1]
@@ -198,8 +201,8 @@ def test_blocks_in_vllms_own_prefix_cache_are_not_fetched_again(stack: Stack) ->
     for a longer prompt the relay has, it fetches only the chunks after them."""
     short, ids = prompt(13, 4 * CHUNK), prompt(13)
     _, served = served_by_p(stack, short, ids)
-    # Loaded (so not published again by D) up to its last token's block, then cached.
-    assert generate(stack.d, short, "fp16").cached_tokens == 3 * CHUNK
+    # Loaded (so not published again by D) up to its last token, then cached.
+    assert generate(stack.d, short, "fp16").cached_tokens == 4 * CHUNK - 1
     before = stack.sidecar_d.counter("kvmoq_loaded_chunks")
     loaded = generate(stack.d, ids, "fp16")
     assert loaded.cached_tokens == LOADED
@@ -231,7 +234,7 @@ def test_the_in_place_path_keeps_blocks_until_read_and_loads_whole_blocks(stack:
         "freed_after_read": ["a"],
         "ready_tokens": 300,
         "loaded": ["c"],
-        "load_failed_blocks": [],  # every whole block, the last chunk's hash matched
+        "load_failed_blocks": [],  # every block, the last one partly: its chunk matched
         "exact": True,  # though P's blocks were reused once freed
         "unknown_failed_blocks": True,
         # A GPU cache the sidecar cannot map, staged through shared memory instead.

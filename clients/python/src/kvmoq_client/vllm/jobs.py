@@ -11,14 +11,16 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadat
 @dataclass(frozen=True)
 class LoadJob:
     """Load the KV of `token_ids` (a prompt's leading tokens: whole chunks, or the whole
-    prompt) and write its first blocks into `block_ids` (vLLM's, one per block it loads);
-    blocks before `first_block` vLLM already holds. `token_ids` runs past `block_ids` when
-    its last chunk holds the prompt's last token: vLLM computes that token's block."""
+    prompt) and write its first `tokens` into `block_ids` (vLLM's, one per block it loads,
+    the last one partly used where `tokens` ends inside it); blocks before `first_block`
+    vLLM already holds. `token_ids` runs past `tokens` to the end of the chunk that holds
+    the prompt's last token, which vLLM computes."""
 
     request_id: str
     token_ids: list[int]
     block_ids: list[int]
     first_block: int
+    tokens: int
     tracks: tuple[str, ...] = ()
     """The request's own choice of tracks, best first; empty: the connector's."""
     deadline: float | None = None

@@ -78,7 +78,7 @@ class _Hit:
     local_tokens: int
     """Tokens vLLM's own prefix cache had."""
     tokens: int
-    """Leading tokens this request will have after the load (whole blocks)."""
+    """Leading tokens this request will have after the load: every one but the last."""
     ready: int
     """Leading tokens the sidecar can load (whole chunks, or the whole prompt): past
     `tokens` when the last chunk holds the prompt's last token, which is computed here."""
@@ -133,11 +133,10 @@ class SchedulerSide:
         del self._lookups[request.request_id]
         ready = min(lookup.result(), len(token_ids))
         # The last prompt token is always computed here: its logits give the first token.
-        # The chunk that holds it is still loaded whole (the sidecar loads whole chunks) and
-        # the blocks before that token's are used: with 16-token blocks (vLLM on a GPU) the
-        # last 16 tokens are computed, not the last chunk's 128.
+        # Every token before it is loaded, its block partly used (vLLM counts the tokens it
+        # is told of, and computes the rest of that block); the chunk that holds it is still
+        # fetched whole (the sidecar loads whole chunks).
         usable = min(ready, len(token_ids) - 1)
-        usable -= usable % self._block_size
         if usable <= local_tokens:
             return 0, False
         self._hits[request.request_id] = _Hit(local_tokens, usable, ready)
@@ -161,13 +160,14 @@ class SchedulerSide:
             return
         self._loaded.add(request.request_id)
         block_ids = list(blocks.get_block_ids()[0])
-        count = hit.tokens // self._block_size
+        count = -(-hit.tokens // self._block_size)
         self._pending.append(
             LoadJob(
                 request.request_id,
                 list(request.prompt_token_ids or ())[: hit.ready],
                 block_ids[:count],
                 hit.local_tokens // self._block_size,
+                hit.tokens,
                 request_tracks(request.kv_transfer_params),
                 request_deadline(request.kv_transfer_params),
             )

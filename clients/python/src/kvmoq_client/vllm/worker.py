@@ -148,12 +148,12 @@ class WorkerSide:
                 self._lock.notify_all()
 
     def _load_into(self, job: LoadJob, blocks: list[int]) -> list[int]:
-        """The vLLM blocks written: those whose every token the sidecar reported loaded.
-        `blocks` are staging blocks for every token, or vLLM's own (in place), which end
-        where the job's blocks do: the tokens past them name the prompt's last chunk, and
-        vLLM computes them."""
+        """The vLLM blocks written: those whose every token of the job the sidecar reported
+        loaded. `blocks` are staging blocks for every token, or vLLM's own (in place), where
+        only the job's tokens are written: the ones after them name the prompt's last chunk,
+        and vLLM computes them."""
         size = self._block_size
-        writable = min(len(blocks) * size, len(job.token_ids))
+        writable = len(job.token_ids) if self._staging is not None else job.tokens
 
         def load(set_id: str) -> kv_cache_pb2.LoadFinished:
             client = self._registration.client
@@ -168,7 +168,10 @@ class WorkerSide:
         whole = [
             index
             for index in range(job.first_block, len(job.block_ids))
-            if any(r.start <= index * size and (index + 1) * size <= r.end for r in finished.loaded)
+            if any(
+                r.start <= index * size and min((index + 1) * size, job.tokens) <= r.end
+                for r in finished.loaded
+            )
         ]
         if whole and self._staging is not None:
             self._staging.to_cache([blocks[i] for i in whole], [job.block_ids[i] for i in whole])
