@@ -150,7 +150,8 @@ class KVMoqConnector(KVConnectorBase_V1):
             log.warning("kvmoq: the sidecar cannot map vLLM's CUDA cache (%s); loads and"
                         " publishes copy through shared-memory staging", exc)  # fmt: skip
             registration.close()
-            return self._with_staging(views, PagedBlockCopies(), views[0].shape[3:])
+            _, _, block_size, heads, head_size = views[0].shape
+            return self._with_staging(views, PagedBlockCopies(), heads, head_size, block_size)
         except SidecarError:
             pass  # not up yet: the registration is made on first use
         log.info("kvmoq: vLLM's %s CUDA cache, %d blocks of %d, shared in place over CUDA IPC",
@@ -175,21 +176,26 @@ class KVMoqConnector(KVConnectorBase_V1):
         layout = BlockLayout.probe(first, isa, cache_dtype)
         log.info("kvmoq: vLLM's %s cache blocks (ISA %s) copied by the %s path",
                  first.dtype, isa, layout.path)  # fmt: skip
-        return self._with_staging(caches, layout, (heads, double_head // 2))
+        return self._with_staging(caches, layout, heads, double_head // 2, block_size)
 
     def _with_staging(
-        self, caches: list[torch.Tensor], copies: BlockCopies, head_shape: tuple[int, ...]
+        self,
+        caches: list[torch.Tensor],
+        copies: BlockCopies,
+        heads: int,
+        head_size: int,
+        block_size: int,
     ) -> WorkerSide:
-        heads, head_size = head_shape
-        blocks = math.ceil(self._settings.staging_tokens / self._block_size)
+        """Loads and publishes through a shared-memory staging area of vLLM's blocks."""
+        blocks = math.ceil(self._settings.staging_tokens / block_size)
         staging = allocate_shared_kv(
             len(caches), heads, head_size, caches[0].dtype,
-            kv_cache_pb2.PagedLayout(num_blocks=blocks, block_size=self._block_size),
+            kv_cache_pb2.PagedLayout(num_blocks=blocks, block_size=block_size),
         )  # fmt: skip
         client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
         registration = Registration(client, staging, self._model)
         return WorkerSide(
-            self._settings, registration, self._block_size,
+            self._settings, registration, block_size,
             Staging(caches, copies, staging.tensors),
             keep_published_blocks=_on_gpu(self._vllm_config),
         )  # fmt: skip
