@@ -25,7 +25,8 @@ prompts on D, half of them published by P, against R computing all of them.
 Link limits (`--limits`) shape the loopback of a network namespace every process runs in
 (bench.linked), so the relay-to-sidecar link is the limited one; D's sidecar makes one
 untimed adaptive load on each link first, as a sidecar knows its link from the loads it has
-made. LMCache, NIXL and Mooncake need CUDA and do not run on this machine.
+made. LMCache and NIXL need CUDA and do not run on this machine; Mooncake runs here (its
+transfer engine over TCP) but is not in this bench yet.
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ def _measure(
         "links_skipped": job.limits_skipped,
         "relay_backend": relay.backend,
         "datagram_size": job.datagram_size,
-        "not_run_here": "LMCache, NIXL and Mooncake need CUDA",
+        "not_run_here": "LMCache and NIXL (they need CUDA); Mooncake (runs here, not added yet)",
     }
 
 
