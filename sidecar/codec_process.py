@@ -2,17 +2,15 @@
 
 Threads: the sidecar shares its node with a model server that keeps the cores busy, and a
 chunk's tensor ops split over threads that wait on each other at every op then wait for the
-model's compute too. Beside vLLM on 2 cores a 4096-token fp16 load took 1.28 s on torch's
-default 2 threads and 0.65 s on one (docs/benchmarks.md, vLLM).
+model's compute too: beside vLLM on 2 cores, one thread loads about twice as fast as torch's
+default (docs/benchmarks.md, "vLLM").
 
 Allocator: a chunk's tensors are a few MB each, a dozen per chunk, all freed once the chunk is
 written. glibc's malloc serves such blocks with fresh mappings (its mmap threshold starts at
 128 KiB) and hands the top of its heap back to the kernel once twice that threshold is free,
-so a chunk could pay for the kernel mapping and zeroing its pages again: decoding the 32
-chunks of a 4096-token prompt one after the other on one thread, each freed once decoded as a
-sidecar frees it once written, fp16 went from about 1000 MB/s to 4500 and fp8 from 310-400 to
-620-650 with the blocks kept (the other fixed-width tracks, whose arithmetic weighs more,
-within the noise). Fixed thresholds keep up to `TRIM_THRESHOLD` bytes free per malloc arena
+so every chunk would pay for the kernel mapping and zeroing its pages again: with the blocks
+kept, the cheap decoders (fp16, fp8), whose arithmetic weighs least, run several times faster
+on one thread. Fixed thresholds keep up to `TRIM_THRESHOLD` bytes free per malloc arena
 for the next chunk; blocks over `MMAP_THRESHOLD` (a published prompt's KV) still get
 mappings of their own and go back to the kernel when freed.
 """

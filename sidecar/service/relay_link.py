@@ -159,7 +159,7 @@ class RelayLink:
             await session.publish_namespace(namespace)
         except (ConnectionError, MoqtApiError, UsageError) as exc:
             # UsageError: the session ended before this link saw it; the next one announces
-            # every published namespace, so a Publish must not fail for it (it did, once).
+            # every published namespace, so a Publish must not fail for it.
             log.warning("announce_failed", error=str(exc))
 
     def withdraw(self, namespace: tuple[bytes, ...]) -> None:

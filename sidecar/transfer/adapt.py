@@ -11,15 +11,14 @@ One change to CacheGen's stop: where no track fits a chunk's share, the chunk st
 the track that lands soonest if it lands before the deadline, and the load stops only when
 nothing can. The deadline is what the caller lets a load take instead of computing, so a
 chunk in by then is a chunk fewer to compute; the share only spreads quality over the
-chunks. Stopping at the share made one slow sample end a whole load: single-track fp16
-loads into vLLM stopped after 19 of 32 chunks with two thirds of their deadline unused, and
-a first chunk refused ended the load with nothing (docs/benchmarks.md, "vLLM").
+chunks. Stopping at the share let one slow throughput sample end a whole load with most of
+its deadline unused.
 
 One change to CacheGen's equal shares: the load's most recent chunk weighs `RECENT_WEIGHT`
 shares, because the tokens a decode server generates first attend hardest to the most recent
-ones (KIVI keeps a recent window in full precision for the same reason). Measured on SmolLM2,
-three texts, the 64 tokens after a 4096-token prompt: int4 or fp4 with the last chunk on int8
-keeps the worst KL at 0.0069, against 0.0154 and 0.0156 all on 4 bits (docs/benchmarks.md).
+ones (KIVI keeps a recent window in full precision for the same reason): a 4-bit load with
+its last chunk on int8 keeps about half the KL of one all on 4 bits (docs/benchmarks.md,
+"Codecs").
 
 Pure functions of measurements, and the estimates built on them (Lookup's seconds for a load);
 the subscriber owns the clock.
