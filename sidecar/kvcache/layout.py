@@ -169,8 +169,7 @@ class PagedBlocks:
 
     def runs(self, start: int, stop: int) -> list[BlockRun]:
         """The block runs covering tokens `[start, stop)` of the span, in order."""
-        if not 0 <= start <= stop <= self.capacity:
-            raise LayoutError(f"tokens [{start}, {stop}) exceed {self.capacity} paged slots")
+        self._check_span(start, stop)
         runs = []
         position = start
         while position < stop:
@@ -179,3 +178,14 @@ class PagedBlocks:
             runs.append(BlockRun(self.block_ids[block], offset, position, end))
             position = end
         return runs
+
+    def slots(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block id and the slot of each token `[start, stop)`, as index tensors: one
+        indexed copy instead of one per run (on a GPU, where every copy is a kernel launch)."""
+        self._check_span(start, stop)
+        tokens = torch.arange(start, stop)
+        return torch.tensor(self.block_ids)[tokens // self.block_size], tokens % self.block_size
+
+    def _check_span(self, start: int, stop: int) -> None:
+        if not 0 <= start <= stop <= self.capacity:
+            raise LayoutError(f"tokens [{start}, {stop}) exceed {self.capacity} paged slots")

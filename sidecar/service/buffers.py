@@ -241,10 +241,8 @@ class BufferSet:
         if self.device.type != "cuda" or not isinstance(placement, BlockIds):
             return None
         assert isinstance(self.arrangement, Paged)  # check() matched them
-        size = self.arrangement.block_size
-        tokens = torch.arange(start, stop)
-        blocks = torch.tensor(placement.ids)[tokens // size]
-        return blocks.to(self.device), (tokens % size).to(self.device)
+        blocks, slots = PagedBlocks(self.arrangement.block_size, placement.ids).slots(start, stop)
+        return blocks.to(self.device), slots.to(self.device)
 
     def _runs(self, placement: Placement, start: int, stop: int) -> list[_Run]:
         if isinstance(placement, TokenSlots):

@@ -135,6 +135,17 @@ def test_paged_blocks_split_a_span_into_block_runs() -> None:
         blocks.runs(0, 49)
 
 
+def test_paged_blocks_name_each_tokens_block_and_slot_as_the_runs_do() -> None:
+    blocks = PagedBlocks(block_size=16, block_ids=(7, 3, 9))
+    ids, slots = blocks.slots(10, 40)
+    expected = [
+        (r.block_id, r.offset + i) for r in blocks.runs(10, 40) for i in range(r.stop - r.start)
+    ]
+    assert list(zip(ids.tolist(), slots.tolist(), strict=True)) == expected
+    with pytest.raises(LayoutError):
+        blocks.slots(0, 49)
+
+
 @pytest.mark.parametrize(
     ("block_size", "block_ids"),
     [(0, (1,)), (16, [1, 2]), (16, (-1,)), (16, (2**31,)), (16, (True,)), (10**6, (1,))],

@@ -3,9 +3,9 @@
 On a GPU the sidecar maps vLLM's cache itself (CUDA IPC) and reads and writes its blocks in
 place. On a CPU node vLLM keeps its cache in the worker's private memory, which the sidecar
 cannot map, so every transfer goes through a shared-memory staging area: one copy each way
-(`BlockLayout.read/write`). Loads run in a thread pool, so the engine keeps stepping while a load is under way; a
-block is handed to vLLM only once the sidecar reported its tokens written and verified,
-and every other block of the load is reported as failed, for vLLM to recompute.
+(`Staging`). Loads run in a thread pool, so the engine keeps stepping while a load is under
+way; a block is handed to vLLM only once the sidecar reported its tokens written and
+verified, and every other block of the load is reported as failed, for vLLM to recompute.
 """
 
 from __future__ import annotations
