@@ -30,7 +30,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -40,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import cachegen_baseline
+from bench.harness import one_thread
 from sidecar import codec_process
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
 from sidecar.kvcache.codecs.ac import AC
@@ -213,16 +213,6 @@ GOALS: dict[str, Goal] = {
     "ac": Goal(max_kl=0.01, min_top1=0.97, min_ratio=6.5, min_encode_mbps=150, min_decode_mbps=100),
 }
 """Per compression, judged on the worst text and place; speeds on one core."""
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def fastest(passes: int, work: Callable[[], _T]) -> tuple[_T, float]:

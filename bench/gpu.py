@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from bench.harness import Report, conclude, console, measured
+from bench.harness import Report, conclude, console, measured, one_thread
 
 BLOCK_SIZE = 16
 """vLLM's block size on a GPU."""
@@ -165,12 +165,8 @@ def _codec_rows(chunk: torch.Tensor, repeats: int) -> list[dict[str, Any]]:
     layers, _, _, heads, head_dim = chunk.shape
     layout = KVLayout(layers, heads, head_dim, dtype="float16")
     host = chunk.cpu()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return [_codec_row(name, layout, chunk, host, repeats) for name in TRACKS]
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _codec_row(

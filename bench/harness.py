@@ -9,7 +9,8 @@ import json
 import os
 import platform
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,3 +115,17 @@ def console() -> Console:
     if not out.is_terminal:
         out.width = max(out.width, LOG_WIDTH)
     return out
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread for the block (codec speeds are figures for one core, as the
+    sidecar runs its codecs), the thread count restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
