@@ -33,11 +33,14 @@ def orphaned_shared_memory_files(directory: Path = DEFAULT_SHM_DIR) -> set[Path]
     what a process that ended without closing its buffers left behind.
 
     Files are judged by their holders, not by when they appeared, so files that other
-    processes are using at the same time never count. A file is held from its creation on
-    (`mkstemp`'s descriptor stays open until the mapping exists) and loses its name before
-    its mapping (see `SharedMemoryFile.unlink`). Processes of other users whose /proc
-    entries cannot be read are not seen.
+    processes are using at the same time never count; nor do directories (tests keep theirs
+    under the same prefix). The files are listed before their holders are looked for, so a
+    file created meanwhile is not judged. A file is held from its creation on (`mkstemp`'s
+    descriptor stays open until the mapping exists) and loses its name before its mapping
+    (see `SharedMemoryFile.unlink`), so one closed meanwhile is gone by the last check.
+    Processes of other users whose /proc entries cannot be read are not seen.
     """
+    candidates = [path for path in directory.glob(f"{SHM_FILE_PREFIX}*") if path.is_file()]
     held: set[str] = set()
     for process in Path("/proc").iterdir():
         if not process.name.isdigit():
@@ -49,7 +52,7 @@ def orphaned_shared_memory_files(directory: Path = DEFAULT_SHM_DIR) -> set[Path]
             continue
         held.update(line.split(maxsplit=5)[-1] for line in maps.splitlines() if "/" in line)
         held.update(descriptors)
-    return {path for path in directory.glob(f"{SHM_FILE_PREFIX}*") if str(path) not in held}
+    return {path for path in candidates if str(path) not in held and path.exists()}
 
 
 DTYPES: dict[torch.dtype, tensor_handle_pb2.DType] = {
