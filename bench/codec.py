@@ -11,7 +11,9 @@ wait for the whole prefill). Per compression:
   1024 tokens after a 3072-token context), the model loads the context's KV after the round
   trip (tables fitted on that text's first chunk) and scores the tokens after it:
   perplexity, KL and top-1 agreement against the uncompressed fp32 KV. The worst text and
-  place is what a compression is judged by;
+  place is what a compression is judged by, alone (every chunk on it) and as served (every
+  chunk but the context's most recent on it, that one on int8, as a load under a quality
+  floor takes them: `sidecar.transfer.track_quality`);
 * speed: fp16 megabytes (10^6 bytes) of KV per second through fitting the tables plus
   encoding (both are a publisher's work per prompt) and through decoding chunk by chunk
   into one buffer, as a sidecar writes a load (and with its allocator settings,
@@ -50,9 +52,12 @@ from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout, iter_chunks
 from sidecar.models.corpus import TEXTS
 from sidecar.models.kv_store import pydoc_kv
 from sidecar.models.quality import PLACES, Place, Quality, evaluate_at, reference_quality
-from sidecar.transfer import adapt
+from sidecar.transfer import track_quality
 
 CACHE_DTYPE = "float16"
+SERVED_RECENT_TRACK = "int8"
+"""The most recent chunk's track in the figures as served: the better of the 8-bit tracks,
+the smallest that any floor of 1e-3 or looser admits there."""
 
 _T = TypeVar("_T")
 
@@ -176,8 +181,12 @@ class Figures:
     decode_mbps: float
     total_bytes: int
     tables_bytes: int
+    served_kl: float | None = None
+    served_top1: float | None = None
+    """The worst as served: the context's most recent chunk on int8 (None: not measured)."""
     quality: dict[str, dict[str, Quality]] = field(default_factory=dict)
     """Text -> place -> figures."""
+    served_quality: dict[str, dict[str, Quality]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -232,44 +241,83 @@ def fastest(passes: int, work: Callable[[], _T]) -> tuple[_T, float]:
     return result, best
 
 
+def encode_chunks(
+    compression: Compression,
+    source: torch.Tensor,
+    layout: KVLayout,
+    chunk: int,
+    tables: bytes | None,
+) -> list[list[bytes]]:
+    """`source` cut into `chunk`-token chunks, as the publisher does, each encoded."""
+    return [compression.encode(part, tables) for part in iter_chunks(source, layout, chunk)]
+
+
+def decode_chunks(
+    compression: Compression, encoded: list[list[bytes]], tables: bytes | None, out: torch.Tensor
+) -> None:
+    """Chunk by chunk into `out`, each chunk freed once written, as a sidecar writes chunks
+    into a model server's buffers (joining them all at the end kept every decoded chunk
+    alive and timed a copy of the whole prompt besides)."""
+    start = 0
+    for part in encoded:
+        decoded = compression.decode(part, tables)
+        out[:, :, start : start + decoded.shape[2]] = decoded
+        start += decoded.shape[2]
+    if start != out.shape[2]:
+        raise RuntimeError(f"{compression.name} decoded {start} tokens, not {out.shape[2]}")
+
+
+@dataclass
+class RoundTrip:
+    """A context's KV through one compression as a decode server would load it: cast to the
+    cache's dtype, the tables fitted on its first `fit_tokens`, encoded and decoded chunk by
+    chunk; `served`: the most recent chunk through `SERVED_RECENT_TRACK` instead, as a load
+    under a quality floor takes it. `shipped` counts the bytes of the last call."""
+
+    compression: Compression
+    layout: KVLayout
+    chunk: int
+    fit_tokens: int
+    served: bool = False
+    shipped: int = 0
+
+    def __call__(self, context: torch.Tensor) -> torch.Tensor:
+        context = context.to(self.layout.torch_dtype)
+        tables = self.compression.fit(context[:, :, : self.fit_tokens])
+        encoded = encode_chunks(self.compression, context, self.layout, self.chunk, tables)
+        self.shipped = len(tables or b"") + sum(len(data) for part in encoded for data in part)
+        decoded = torch.empty_like(context)
+        decode_chunks(self.compression, encoded, tables, decoded)
+        if self.served:
+            recent = kvmoq_compression(SERVED_RECENT_TRACK, self.layout)
+            start = (context.shape[2] - 1) // self.chunk * self.chunk
+            payloads = recent.encode(context[:, :, start:], None)
+            decoded[:, :, start:] = recent.decode(payloads, None)
+        return decoded
+
+
 def measure(
     compression: Compression,
     kv: torch.Tensor,
     layout: KVLayout,
     chunk: int,
     args: argparse.Namespace,
+    *,
+    served: bool = True,
 ) -> Figures:
-    """Size and speed on the prompt `kv` (fp16) in `chunk`-token chunks; quality on every text.
-
-    The quality round trip encodes each text's context KV (cast to fp16, like `kv`) with
-    tables fitted on that context's first chunk, so it sees exactly what a decode server
-    would load.
-    """
+    """Size and speed on the prompt `kv` (fp16) in `chunk`-token chunks; quality on every
+    text (`RoundTrip`: what a decode server would load), alone and (with `served`) as served."""
     fit_tokens = args.fit_tokens or chunk
     tables, fit_s = fastest(args.repeats, lambda: compression.fit(kv[:, :, :fit_tokens]))
 
     def encode(source: torch.Tensor, tables: bytes | None) -> list[list[bytes]]:
-        return [compression.encode(part, tables) for part in iter_chunks(source, layout, chunk)]
+        return encode_chunks(compression, source, layout, chunk, tables)
 
     def decode(encoded: list[list[bytes]], tables: bytes | None, out: torch.Tensor) -> None:
-        """Chunk by chunk into `out`, each chunk freed once written, as a sidecar writes
-        chunks into a model server's buffers (joining them all at the end kept every
-        decoded chunk alive and timed a copy of the whole prompt besides)."""
-        start = 0
-        for part in encoded:
-            chunk = compression.decode(part, tables)
-            out[:, :, start : start + chunk.shape[2]] = chunk
-            start += chunk.shape[2]
-        if start != out.shape[2]:
-            raise RuntimeError(f"{compression.name} decoded {start} tokens, not {out.shape[2]}")
+        decode_chunks(compression, encoded, tables, out)
 
-    def roundtrip(context: torch.Tensor) -> torch.Tensor:
-        context = context.to(layout.torch_dtype)
-        own_tables = compression.fit(context[:, :, :fit_tokens])
-        decoded = torch.empty_like(context)
-        decode(encode(context, own_tables), own_tables, decoded)
-        return decoded
-
+    roundtrip = RoundTrip(compression, layout, chunk, fit_tokens)
+    as_served = RoundTrip(compression, layout, chunk, fit_tokens, served=True)
     encoded, encode_s = fastest(args.repeats, lambda: encode(kv, tables))
     decoded = torch.empty_like(kv)
     _, decode_s = fastest(args.repeats, lambda: decode(encoded, tables, decoded))
@@ -277,7 +325,12 @@ def measure(
         text: {place.name: evaluate_at(roundtrip, text, place) for place in places(args)}
         for text in args.texts
     }
+    served_quality = {
+        text: {place.name: evaluate_at(as_served, text, place) for place in places(args)}
+        for text in (args.texts if served else ())
+    }
     everywhere = [figures for places in quality.values() for figures in places.values()]
+    everywhere_served = [q for places in served_quality.values() for q in places.values()]
     tables_bytes = len(tables or b"")
     total_bytes = tables_bytes + sum(len(data) for part in encoded for data in part)
     fp16_bytes = kv.shape[2] * layout.fp16_bytes_per_token
@@ -286,11 +339,14 @@ def measure(
         ratio_vs_fp16=fp16_bytes / total_bytes,
         kl=max(figures.kl for figures in everywhere),
         top1=min(figures.top1 for figures in everywhere),
+        served_kl=max((q.kl for q in everywhere_served), default=None),
+        served_top1=min((q.top1 for q in everywhere_served), default=None),
         encode_mbps=fp16_bytes / (fit_s + encode_s) / 1e6,
         decode_mbps=fp16_bytes / decode_s / 1e6,
         total_bytes=total_bytes,
         tables_bytes=tables_bytes,
         quality=quality,
+        served_quality=served_quality,
     )
 
 
@@ -299,7 +355,8 @@ def render(
 ) -> Table:
     table = Table(title=title, caption="KL and top-1: the worst text and place")
     table.add_column("compression", no_wrap=True)
-    for column in ("bits/elem", "vs fp16", "KL", "top-1", "enc MB/s", "dec MB/s", "goals"):
+    columns = ("bits/elem", "vs fp16", "KL", "KL served", "top-1", "enc MB/s", "dec MB/s", "goals")
+    for column in columns:
         table.add_column(column, justify="right")
     for name, f in rows:
         met = goals.get(name)
@@ -308,6 +365,7 @@ def render(
             f"{f.bits_per_element:.3f}",
             f"{f.ratio_vs_fp16:.2f}x",
             f"{f.kl:.3g}",
+            "-" if f.served_kl is None else f"{f.served_kl:.3g}",
             f"{100 * f.top1:.1f}%",
             f"{f.encode_mbps:.0f}",
             f"{f.decode_mbps:.0f}",
@@ -320,29 +378,50 @@ def _missed(met: dict[str, bool]) -> str:
     return "missed: " + ",".join(name for name, ok in met.items() if not ok and name != "all")
 
 
-def render_quality(rows: Sequence[tuple[str, Figures]]) -> Table:
-    """KL (top-1) of every compression on every text and place."""
-    table = Table(title="KL (top-1) per text and place")
+def render_quality(rows: Sequence[tuple[str, Figures]], *, served: bool = False) -> Table:
+    """KL (top-1) of every compression on every text and place, alone or as served."""
+    title = "KL (top-1) per text and place" + (", as served (most recent chunk on int8)" * served)
+    table = Table(title=title)
     table.add_column("compression", no_wrap=True)
     columns = [(text, place) for text, places in rows[0][1].quality.items() for place in places]
     for text, place in columns:
         table.add_column(f"{text} {place}", justify="right")
     for name, f in rows:
-        cells = [f.quality[text][place] for text, place in columns]
-        table.add_row(name, *(f"{q.kl:.2g} ({100 * q.top1:.0f}%)" for q in cells))
+        figures = f.served_quality if served else f.quality
+        if figures:
+            cells = [figures[text][place] for text, place in columns]
+            table.add_row(name, *(f"{q.kl:.2g} ({100 * q.top1:.0f}%)" for q in cells))
     return table
 
 
 def ranking(kl: dict[str, float]) -> dict[str, Any]:
-    """The order these figures give, and whether `transfer.adapt.QUALITY_ORDER` agrees on the
+    """The order these figures give, and whether `track_quality.QUALITY_ORDER` agrees on the
     tracks measured (a run over a subset of codecs, texts or places compares only those)."""
-    measured = list(adapt.rank_by_quality(kl))
-    configured = [track for track in adapt.QUALITY_ORDER if track in kl]
+    measured = list(track_quality.rank_by_quality(kl))
+    configured = [track for track in track_quality.QUALITY_ORDER if track in kl]
     return {
         "measured": measured,
-        "transfer.adapt.QUALITY_ORDER": configured,
+        "track_quality.QUALITY_ORDER": configured,
         "matches": measured == configured,
     }
+
+
+def floor_figures(rows: Sequence[tuple[str, Figures]]) -> dict[str, Any]:
+    """Whether the figures loads plan their quality by (`track_quality.MEASURED`) still hold
+    for these: each track's worst KL alone, and as served (or alone, where lower), at or
+    under the table's (`KL_NOISE` aside). A run over a subset of texts or places checks only
+    those."""
+    tracks, slack = {}, track_quality.KL_NOISE
+    for name, figures in rows:
+        table = track_quality.MEASURED[name]
+        served = figures.kl if figures.served_kl is None else min(figures.kl, figures.served_kl)
+        tracks[name] = {
+            "alone": figures.kl,
+            "served": served,
+            "table": asdict(table),
+            "holds": max(figures.kl - table.alone, served - table.served) <= slack,
+        }
+    return {"tracks": tracks, "holds": all(entry["holds"] for entry in tracks.values())}
 
 
 def places(args: argparse.Namespace) -> tuple[Place, ...]:
@@ -398,7 +477,12 @@ def run(args: argparse.Namespace) -> int:
             variant = ac_variant(layout, scale, rotated)
             console.log(f"rate-distortion point {variant.name}")
             figures = measure(
-                variant, kv, layout, args.chunk, argparse.Namespace(**{**vars(args), "repeats": 1})
+                variant,
+                kv,
+                layout,
+                args.chunk,
+                argparse.Namespace(**{**vars(args), "repeats": 1}),
+                served=False,
             )
             curve[variant.name] = {"scale": scale, "rotated": rotated, **asdict(figures)}
 
@@ -410,6 +494,7 @@ def run(args: argparse.Namespace) -> int:
     everything = [*rows, (baseline_name, baseline)]
     console.print(render(everything, goals, title))
     console.print(render_quality(everything))
+    console.print(render_quality(everything, served=True))
     result = {
         "setup": {
             "model": "SmolLM2-135M",
@@ -435,6 +520,7 @@ def run(args: argparse.Namespace) -> int:
         "goals_met": goals,
         "rate_distortion": curve,
         "ranking": ranking({name: figures.kl for name, figures in rows}),
+        "floor_figures": floor_figures(rows),
     }
     if curve:
         console.print(render(list(_curve_rows(curve)), {}, "ac rate-distortion sweep"))
@@ -449,7 +535,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _curve_rows(curve: dict[str, dict[str, Any]]) -> Iterator[tuple[str, Figures]]:
     for name, point in curve.items():
-        fields = {key: point[key] for key in Figures.__dataclass_fields__ if key != "quality"}
+        fields = {
+            key: point[key]
+            for key in Figures.__dataclass_fields__
+            if key not in ("quality", "served_quality")
+        }
         yield name, Figures(**fields)
 
 

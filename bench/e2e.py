@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import harness, linked, netns
 from bench.linked import Job
+from sidecar.transfer.track_quality import TrackChoice
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -179,12 +180,13 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
     )
     deadline = job.deadline or reference.seconds / 2
     counting = job.namespace is not None
+    adaptive = TrackChoice(max_kl=job.max_kl)
     fp16_bytes = layout.fp16_bytes_per_token * job.tokens
 
     async def measure(
         subscriber: KVSubscriber,
         label: str,
-        order: tuple[str, ...] | None,
+        choice: TrackChoice,
         seconds: float,
         repeat: int = 1,
     ) -> tuple[TrackRun, int | None]:
@@ -200,7 +202,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 prompt,
                 layout,
                 deadline=seconds,
-                quality_order=order,
+                choice=choice,
                 progress=lambda _: None,
             )
             link_bytes = netns.loopback_bytes() - sent if counting else None
@@ -218,11 +220,11 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
         (`KVSubscriber.estimate`), once the subscriber has made one such load untimed: a
         sidecar knows its link and its tracks' rates from the loads it has made."""
         await load(
-            subscriber, MODEL_NAME, prompt, layout, deadline=seconds, quality_order=None,
+            subscriber, MODEL_NAME, prompt, layout, deadline=seconds, choice=adaptive,
             progress=lambda _: None,
         )  # fmt: skip
         found = await subscriber.lookup(MODEL_NAME, prompt)
-        return await subscriber.estimate(found, layout, seconds)
+        return await subscriber.estimate(found, layout, seconds, adaptive)
 
     estimates: dict[str, dict[str, float]] = {}
     async with _subscriber(url, ca, job.datagram_size) as subscriber:
@@ -234,17 +236,17 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 prompt,
                 layout,
                 deadline=WARM_DEADLINE_S,
-                quality_order=(track,),
+                choice=TrackChoice.only(track),
                 progress=lambda _: None,
             )
         runs = []
-        for label, order, seconds in [
-            *((track, (track,), TRACK_DEADLINE_S) for track in job.tracks),
-            ("adaptive", None, deadline),
+        for label, choice, seconds in [
+            *((track, TrackChoice.only(track), TRACK_DEADLINE_S) for track in job.tracks),
+            ("adaptive", adaptive, deadline),
         ]:
             console.log(f"timed load through the relay on loopback: {label}")
-            guess = await warm_estimate(subscriber, seconds) if order is None else None
-            runs.append(await measure(subscriber, label, order, seconds, job.repeat))
+            guess = await warm_estimate(subscriber, seconds) if choice is adaptive else None
+            runs.append(await measure(subscriber, label, choice, seconds, job.repeat))
             if guess is not None:
                 estimates["loopback"] = _estimate_row(guess, runs[-1][0].load_s)
 
@@ -262,7 +264,7 @@ async def _decode(job: Job, url: str, ca: Path, console: Console) -> dict[str, A
                 )
                 async with _subscriber(url, ca, job.datagram_size) as subscriber:
                     guess = await warm_estimate(subscriber, deadline)
-                    link_run, link_bytes = await measure(subscriber, "adaptive", None, deadline)
+                    link_run, link_bytes = await measure(subscriber, "adaptive", adaptive, deadline)
                 estimates[label] = _estimate_row(guess, link_run.load_s)
             links[label] = {
                 "limit_bps": limit.bits_per_second,

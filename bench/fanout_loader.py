@@ -35,6 +35,7 @@ from sidecar import codec_process, log
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.subscriber import KVSubscriber
+from sidecar.transfer.track_quality import TrackChoice
 
 LOAD_DEADLINE_S = 300.0
 """Bounds one load; with one track to choose from, the deadline rule never falls back."""
@@ -69,7 +70,7 @@ async def load_digest(
 
     started = time.perf_counter()
     result = await subscriber.load(
-        model, token_ids(tokens, prompt), sink, LOAD_DEADLINE_S, quality_order=(track,)
+        model, token_ids(tokens, prompt), sink, LOAD_DEADLINE_S, choice=TrackChoice.only(track)
     )
     seconds = time.perf_counter() - started
     digest = prompt_digest([chunks[start] for start in sorted(chunks)])

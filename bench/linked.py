@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench import harness, netns
 from sidecar.moqt.aio.quic_backend import LOOPBACK_DATAGRAM_SIZE
+from sidecar.transfer.track_quality import DEFAULT_MAX_KL, TrackChoice
 
 MIN_TOKENS = 128
 MAX_TOKENS = 8192
@@ -54,6 +55,15 @@ def add_arguments(
         help="deadline of the adaptive loads (default: half the measured recompute time)",
     )
     parser.add_argument(
+        "--max-kl",
+        type=float,
+        default=DEFAULT_MAX_KL,
+        metavar="KL",
+        help="quality floor of the adaptive loads (default the sidecar's, "
+        f"{DEFAULT_MAX_KL:g}: near-lossless tracks only); a track's own row takes it whatever "
+        "it costs",
+    )
+    parser.add_argument(
         "--limits",
         default=limits,
         help=f"comma-separated link rates, as tc writes them (default {limits}); 'none' "
@@ -77,6 +87,8 @@ class Job:
     namespace: str | None = None
     limits_skipped: str | None = None
     datagram_size: int = LOOPBACK_DATAGRAM_SIZE
+    max_kl: float = DEFAULT_MAX_KL
+    """The adaptive loads' quality floor."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -108,6 +120,10 @@ class Job:
                 raise SystemExit(f"{command}: --limits: {exc}") from exc
         if args.deadline is not None and not 0 < args.deadline <= MAX_DEADLINE_S:
             raise SystemExit(f"{command}: --deadline must be in (0, {MAX_DEADLINE_S:.0f}]")
+        try:
+            TrackChoice(max_kl=args.max_kl)
+        except ValueError as exc:
+            raise SystemExit(f"{command}: --max-kl: {exc}") from None
         json_path, plot_path = (
             str(Path(p).resolve()) if p else None for p in (args.json, args.plot)
         )
@@ -120,6 +136,7 @@ class Job:
             json_path,
             plot_path,
             datagram_size=harness.check_datagram_size(args.max_datagram_size, command),
+            max_kl=args.max_kl,
         )
 
 

@@ -165,6 +165,7 @@ async def _measure(
     from sidecar.transfer.parallel import LoadWorkers, load_parallel, shared_destination
     from sidecar.transfer.publisher import KVPublisher
     from sidecar.transfer.subscriber import KVSubscriber
+    from sidecar.transfer.track_quality import TrackChoice
 
     layout = KVLayout(LAYERS, KV_HEADS, HEAD_DIM, "float16")
     settings = QuicSettings.sidecar_like(ca_file=ca, max_datagram_size=LOOPBACK_DATAGRAM_SIZE)
@@ -184,20 +185,25 @@ async def _measure(
         single = await subscriber()
         loads: dict[Way, Callable[[str], Awaitable[LoadResult]]] = {
             BASELINE: lambda track: single.load(
-                MODEL, token_ids, destination, LOAD_DEADLINE_S, quality_order=(track,)
+                MODEL, token_ids, destination, LOAD_DEADLINE_S, choice=TrackChoice.only(track)
             )
         }
         worker_start_s: dict[str, float] = {}
         for n in connections:
             subscribers = [await subscriber() for _ in range(n)]
             loads[Way("sessions", n)] = lambda track, subscribers=subscribers: load_parallel(
-                subscribers, MODEL, token_ids, destination, LOAD_DEADLINE_S, quality_order=(track,)
+                subscribers,
+                MODEL,
+                token_ids,
+                destination,
+                LOAD_DEADLINE_S,
+                choice=TrackChoice.only(track),
             )
             started = time.perf_counter()
             workers = await stack.enter_async_context(LoadWorkers(url, settings, n))
             worker_start_s[str(n)] = time.perf_counter() - started
             loads[Way("processes", n)] = lambda track, workers=workers: workers.load(
-                MODEL, token_ids, handle, LOAD_DEADLINE_S, quality_order=(track,)
+                MODEL, token_ids, handle, LOAD_DEADLINE_S, choice=TrackChoice.only(track)
             )
         figures = {}
         for track in tracks:

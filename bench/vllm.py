@@ -130,16 +130,19 @@ def request(
     *,
     quality: bool = False,
     deadline: float | None = None,
+    max_kl: float | None = None,
 ) -> dict[str, Any]:
     """A timed request (one token, no log-probabilities), or a quality one (the first
     `QUALITY_TOKENS` tokens, each with the whole vocabulary's log-probabilities); D's carry
-    their load's `deadline` (the connector's `kvmoq_deadline`)."""
+    their load's `deadline` and quality floor (the connector's `kvmoq_deadline` and
+    `kvmoq_max_kl`)."""
     return {
         "token_ids": token_ids,
         "max_tokens": QUALITY_TOKENS if quality else 1,
         "logprobs": -1 if quality else None,
         "tracks": list(tracks),
         "deadline": deadline,
+        "max_kl": max_kl,
     }
 
 
@@ -204,7 +207,7 @@ def _measure(
 
     console.log(f"D loads each track once into the relay's cache ({', '.join(job.tracks)})")
     for track in job.tracks:
-        d.run(request(prompts.main, (track,), deadline=deadline))
+        d.run(request(prompts.main, (track,), deadline=deadline, max_kl=math.inf))
     links: dict[str, dict[str, Any]] = {}
     namespace = netns.Namespace(job.namespace) if job.namespace else None
     for link in (LOOPBACK, *job.limits):
@@ -219,12 +222,13 @@ def _measure(
             console.log(
                 f"link limited to {link}: a bulk TCP transfer gets {measured / 1e6:.0f} Mbit/s"
             )
-            d.run(request(prompts.main, deadline=deadline))  # D's sidecar measures the link
+            # D's sidecar measures the link
+            d.run(request(prompts.main, deadline=deadline, max_kl=job.max_kl))
             rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s, deadline)
 
     console.log(f"throughput: {MIX_REQUESTS} prompts of {MIX_TOKENS} tokens, half of them hits")
     mix = [*prompts.hits, *prompts.misses]
-    mix_kvmoq = d.run(*(request(ids, deadline=deadline) for ids in mix)).seconds
+    mix_kvmoq = d.run(*(request(ids, deadline=deadline, max_kl=job.max_kl) for ids in mix)).seconds
     mix_recompute = r.run(*(request(ids) for ids in mix)).seconds
     for engine in (p, d, e, r):
         engine.close()
@@ -235,6 +239,7 @@ def _measure(
         "recompute_s": recompute_s,
         "recompute_runs_s": recompute,
         "deadline_s": deadline,
+        "max_kl": job.max_kl,
         "rows": rows,
         "mix": {
             "requests": MIX_REQUESTS,
@@ -328,18 +333,20 @@ def _loads(
     recompute_s: float,
     deadline: float,
 ) -> list[dict[str, Any]]:
-    """D's TTFT with each track alone and adaptively on `link`, the fastest of `repeat`;
-    each judged by a quality request on the same link; each load within `deadline`."""
+    """D's TTFT with each track alone (whatever it costs) and adaptively (within the job's
+    quality floor) on `link`, the fastest of `repeat`; each judged by a quality request on
+    the same link; each load within `deadline`."""
     rows = []
     for label in (*job.tracks, ADAPTIVE):
         tracks = () if label == ADAPTIVE else (label,)
+        limits = {"deadline": deadline, "max_kl": job.max_kl if label == ADAPTIVE else math.inf}
         fastest, chunks = math.inf, {}
         for _ in range(job.repeat):
             before = sidecar_d.counter("kvmoq_loaded_chunks")
-            seconds = d.run(request(prompt, tracks, deadline=deadline)).seconds
+            seconds = d.run(request(prompt, tracks, **limits)).seconds
             if seconds < fastest:
                 fastest, chunks = seconds, sidecar_d.growth("kvmoq_loaded_chunks", before)
-        (loaded,) = d.run(request(prompt, tracks, quality=True, deadline=deadline)).outputs
+        (loaded,) = d.run(request(prompt, tracks, quality=True, **limits)).outputs
         rows.append(
             _row(f"kvmoq {label}", link, fastest, recompute_s)
             | {"chunks": chunks}

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv import cache_from_kv, extract_kv, forward_with_kv, kv_from_cache
 from sidecar.models.quality import mean_kl
-from sidecar.transfer.subscriber import KVSubscriber, LoadResult
+from sidecar.transfer.subscriber import KVSubscriber, LoadResult, expected_kl
+from sidecar.transfer.track_quality import DEFAULT_CHOICE, TrackChoice
 
 SCORED_TOKENS = 64
 GENERATED_TOKENS = 24
@@ -55,6 +56,8 @@ class TrackRun:
     stopped: str
     compute_s: float = 0.0
     """Seconds computing the prompt's tokens the load did not bring, before scoring."""
+    expected_kl: float = 0.0
+    """What the load said its KV costs, from the measured figures of its tracks."""
 
     def same_text(self, reference: Reference) -> bool:
         return self.generated == reference.generated
@@ -122,7 +125,7 @@ async def load(
     layout: KVLayout,
     *,
     deadline: float,
-    quality_order: Sequence[str] | None,
+    choice: TrackChoice = DEFAULT_CHOICE,
     progress: Progress,
 ) -> tuple[LoadResult, torch.Tensor, float]:
     """Load the prompt's KV into a fresh tensor; the result, the tensor and the seconds taken."""
@@ -135,9 +138,8 @@ async def load(
         written += len(tokens)
         progress(written)
 
-    options = {} if quality_order is None else {"quality_order": tuple(quality_order)}
     started = time.perf_counter()
-    result = await subscriber.load(model_name, token_ids, sink, deadline, **options)
+    result = await subscriber.load(model_name, token_ids, sink, deadline, choice=choice)
     return result, destination, time.perf_counter() - started
 
 
@@ -169,6 +171,7 @@ def judge(
         dict(tracks),
         result.stopped.value,
         compute_s,
+        expected_kl(result.loaded),
     )
 
 
@@ -224,7 +227,7 @@ async def reuse_prefix(
             longer[: available.tokens],
             layout,
             deadline=60.0,
-            quality_order=(track,),
+            choice=TrackChoice.only(track),
             progress=progress,
         )
         reused = result.prefix_tokens

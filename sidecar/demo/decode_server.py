@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import signal
 import threading
 import time
@@ -54,6 +55,16 @@ request may add (the buffers hold the prompt and this many more)."""
 LOAD_TIMEOUT_S = 120.0
 """A per-track load's deadline: generous, so that a busy machine slows it but never cuts it."""
 ADAPTIVE = "adaptive"
+ADAPTIVE_KL: tuple[float | None, ...] = (None, 0.01, 0.1)
+"""The adaptive rows' quality floors: the sidecar's default (near-lossless tracks), then
+looser ones that admit 4-bit tracks and `ac`."""
+
+
+def adaptive_label(max_kl: float | None) -> str:
+    """An adaptive row's name: `adaptive`, or `adaptive <=0.01` for a floor of its own."""
+    return ADAPTIVE if max_kl is None else f"{ADAPTIVE} <={max_kl:g}"
+
+
 RECOMPUTE_REPEAT = 2
 """The reference time is the faster of two prefills: other work on a shared machine only
 ever slows one down, and a slowed recompute would flatter every load."""
@@ -79,11 +90,19 @@ class DecodeNode:
         self.set_id = set_id
 
     def load(
-        self, token_ids: Sequence[int], tracks: Sequence[str], timeout: float, progress: Progress
+        self,
+        token_ids: Sequence[int],
+        tracks: Sequence[str],
+        timeout: float,
+        progress: Progress,
+        max_kl: float | None = None,
     ) -> Loaded:
+        """Load into the buffers' first slots; `max_kl`: the load's quality floor (None:
+        the sidecar's)."""
         started = time.perf_counter()
+        slots = token_slots(0, len(token_ids))
         call = self.client.load(
-            self.set_id, token_ids, token_slots(0, len(token_ids)), tracks=tracks, timeout=timeout
+            self.set_id, token_ids, slots, tracks=tracks, timeout=timeout, max_kl=max_kl
         )
         written = 0
         for chunk in call:
@@ -121,6 +140,7 @@ def judge_load(
         dict(finished.track_bytes),
         pb.StopReason.Name(finished.stop_reason),
         compute_s,
+        finished.expected_kl,
     )
 
 
@@ -141,25 +161,29 @@ def decode(
             "prompt tokens published"
         )
     runs: list[TrackRun] = []
-    plans = [(track, [track], LOAD_TIMEOUT_S) for track in tracks]
-    plans.append((ADAPTIVE, [], reference.seconds / 2))
-    for label, allowed, timeout in plans:
+    # A track's own row takes it whatever it costs; the adaptive rows keep a quality floor:
+    # the sidecar's default, then looser ones, to show what each buys.
+    plans: list[tuple[str, list[str], float, float | None]] = [
+        (track, [track], LOAD_TIMEOUT_S, math.inf) for track in tracks
+    ]
+    plans += [(adaptive_label(bound), [], reference.seconds / 2, bound) for bound in ADAPTIVE_KL]
+    for label, allowed, timeout, max_kl in plans:
         if allowed:
             # The prefill sidecar encodes a track on its first request; warm it so the
             # timed load is what every later decoder sees (served from the relay's cache).
             warm = steps.start(
                 f"first {label} request: the prefill sidecar encodes it", len(prompt)
             )
-            node.load(prompt, allowed, LOAD_TIMEOUT_S, warm)
+            node.load(prompt, allowed, LOAD_TIMEOUT_S, warm, max_kl)
         progress = steps.start(f"load {label} through the sidecar and the relay", len(prompt))
-        loaded = node.load(prompt, allowed, timeout, progress)
+        loaded = node.load(prompt, allowed, timeout, progress, max_kl)
         runs.append(judge_load(model, label, loaded, prompt, continuation, reference))
 
     longer = ids[: args.tokens + EXTENSION_TOKENS]
     reuse_track = "int8" if "int8" in tracks else tracks[0]
     available = node.client.lookup(node.set_id, longer).available_tokens
     progress = steps.start(f"longer prompt: load the published prefix ({reuse_track})", available)
-    loaded = node.load(longer[:available], [reuse_track], LOAD_TIMEOUT_S, progress)
+    loaded = node.load(longer[:available], [reuse_track], LOAD_TIMEOUT_S, progress, math.inf)
     done = steps.start(f"longer prompt: compute the other {len(longer) - available} tokens")
     prefix = finish_prefix(model, loaded.kv, longer, loaded.seconds)
     done(1)
@@ -190,6 +214,7 @@ def report(
                 "kl": run.kl,
                 "top1": run.top1,
                 "same_text": run.same_text(reference),
+                "expected_kl": run.expected_kl,
                 "tracks_used": run.tracks_used,
                 "stopped": run.stopped,
             }
@@ -238,7 +263,9 @@ def generate(
     available = node.client.lookup(node.set_id, longer).available_tokens
     if available == 0:
         raise RuntimeError("the sidecar finds none of the prompt published")
-    loaded = node.load(longer[:available], [track] if track else [], LOAD_TIMEOUT_S, lambda _: None)
+    # A track named is taken whatever it costs; else the sidecar's choice within its floor.
+    chosen, max_kl = ([track], math.inf) if track else ([], None)
+    loaded = node.load(longer[:available], chosen, LOAD_TIMEOUT_S, lambda _: None, max_kl)
     generated, compute_s = continue_prompt(model, loaded.kv, longer, max_new_tokens)
     reused = loaded.kv.shape[2]
     return {

@@ -11,6 +11,7 @@ each answer is set against P's text.
 from __future__ import annotations
 
 import concurrent.futures
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +105,10 @@ def _start_engines(
 
 
 def _request(token_ids: list[int], tracks: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"token_ids": token_ids, "max_tokens": NEW_TOKENS, "tracks": list(tracks)}
+    """A request for D; one that names a track takes it whatever it costs (the row shows
+    that track), else the connector's choice within the sidecar's quality floor."""
+    bound = {"max_kl": math.inf} if tracks else {}
+    return {"token_ids": token_ids, "max_tokens": NEW_TOKENS, "tracks": list(tracks), **bound}
 
 
 def _load(

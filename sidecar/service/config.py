@@ -31,6 +31,7 @@ from sidecar.moqt.aio.quic_backend import (
     fastest_sidecar_backend,
     installed,
 )
+from sidecar.transfer.track_quality import DEFAULT_MAX_KL, TrackChoice
 
 T = TypeVar("T")
 
@@ -69,6 +70,12 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
         return value
 
     return parse
+
+
+def _kl_bound(text: str) -> float:
+    value = float(text)
+    TrackChoice(max_kl=value)  # a bound no track meets is refused here, not at every load
+    return value
 
 
 def _tracks(text: str) -> tuple[str, ...]:
@@ -217,6 +224,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("default_track", _track, DEFAULT_TRACK, "TRACK", "track encoded eagerly"),
     Option("load_seconds", _positive(float), "5", "S", "load time budget without a deadline"),
+    Option(
+        "max_kl",
+        _kl_bound,
+        f"{DEFAULT_MAX_KL:g}",
+        "KL",
+        "a load's quality floor when its request sets none: each chunk goes only on tracks whose "
+        "measured KL as served is within it, else is left to compute; the default admits the "
+        "near-lossless tracks (fp16, bf16, int8, fp8); inf: no floor",
+    ),
     Option("max_request_tokens", _positive(int), str(1 << 17), "N", "most tokens in one request"),
     Option("max_buffer_sets", _positive(int), "64", "N", "most buffer sets registered at once"),
     Option(
@@ -284,6 +300,7 @@ class SidecarConfig:
     tracks: tuple[str, ...]
     default_track: str
     load_seconds: float
+    max_kl: float
     max_request_tokens: int
     max_buffer_sets: int
     max_published_bytes: int

@@ -43,7 +43,6 @@ from sidecar.service.errors import (
 )
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
-from sidecar.transfer.adapt import QUALITY_ORDER
 from sidecar.transfer.publisher import PublishedPrompt, PublishError
 from sidecar.transfer.subscriber import (
     KVSink,
@@ -53,8 +52,10 @@ from sidecar.transfer.subscriber import (
     RejectedChunk,
     StopReason,
     contiguous_spans,
+    expected_kl,
     leading_tokens,
 )
+from sidecar.transfer.track_quality import DEFAULT_MAX_KL, QUALITY_ORDER, TrackChoice
 
 log = get_logger(__name__)
 
@@ -82,6 +83,8 @@ class ServiceSettings:
     default_track: str = DEFAULT_TRACK
     load_seconds: float = 5.0
     """A load's time budget when the request sets no deadline."""
+    max_kl: float = DEFAULT_MAX_KL
+    """A load's quality floor when the request sets none (`track_quality.TrackChoice`)."""
     relay_wait: float = 2.0
     """How long a load whose relay session was lost waits for it to come back (from the
     loss) when the request sets no wait of its own."""
@@ -131,6 +134,14 @@ class LoadOutcome:
     chunks: tuple[LoadedChunk, ...] = ()
     """What the subscriber reported loading (empty when the load was cancelled)."""
     rejected: tuple[RejectedChunk, ...] = ()
+    max_kl: float = DEFAULT_MAX_KL
+    """The quality floor the load kept."""
+
+    @property
+    def expected_kl(self) -> float:
+        """The loaded KV's expected KL from the measured figures of its chunks' tracks (the
+        worst chunk's); 0 when all of it came exact (this sidecar's own prompt) or none did."""
+        return expected_kl(self.chunks)
 
     @property
     def track_bytes(self) -> Counter[str]:
@@ -309,8 +320,13 @@ class KVService:
 
     # Lookup -----------------------------------------------------------------------------
 
-    async def lookup(self, set_id: str, token_ids: Sequence[int]) -> Found:
+    async def lookup(
+        self, set_id: str, token_ids: Sequence[int], max_kl: float | None = None
+    ) -> Found:
+        """What a load of `token_ids` would find, and its estimated seconds under the
+        quality floor `max_kl` (None: the settings')."""
         buffers = self._request(set_id, token_ids)
+        choice = self._track_choice((), max_kl)
         local = self._local.lookup(buffers.model, token_ids)
         subscriber = self.link.subscriber
         found = Found(None, 0, 0, self.link.url, 0.0)
@@ -320,7 +336,7 @@ class KVService:
             try:
                 availability = await subscriber.lookup(buffers.model, token_ids)
                 seconds = await subscriber.estimate(
-                    availability, buffers.layout, self.settings.load_seconds
+                    availability, buffers.layout, self.settings.load_seconds, choice
                 )
             except (MoqtApiError, ConnectionError, TimeoutError) as exc:
                 log.warning("lookup_relay_gone", error=str(exc))
@@ -349,12 +365,13 @@ class KVService:
         held: int = 0,
         relay_wait: float | None = None,
         write_tokens: int = 0,
+        max_kl: float | None = None,
     ) -> AsyncIterator[LoadEvent]:
         """Each chunk as it is written, then the outcome; `deadline` in seconds from now.
         The load starts at the chunk that holds token `held`: the model server has the KV
         of the tokens before it. `relay_wait`: see `LoadBudget` (None: the settings').
         `write_tokens`: the tokens with slots in `destination` (0: all); the rest name the
-        prompt only."""
+        prompt only. `max_kl`: the quality floor (None: the settings')."""
         buffers = self._request(set_id, token_ids)
         writable = write_tokens or len(token_ids)
         if not 0 <= held < writable <= len(token_ids):
@@ -366,12 +383,13 @@ class KVService:
         buffers.check(destination, writable)
         if deadline <= 0:
             raise DeadlineExceeded(f"the deadline passed {-deadline:.3f} s before the load")
-        for track in tracks:
-            try:
-                get_codec(track)
-            except KVCodecError as exc:
-                raise InvalidArgument(str(exc)) from None
-        log.info("load_started", tokens=len(token_ids), deadline=round(deadline, 3))
+        choice = self._track_choice(tracks, max_kl)
+        log.info(
+            "load_started",
+            tokens=len(token_ids),
+            deadline=round(deadline, 3),
+            max_kl=choice.max_kl,
+        )
         events: asyncio.Queue[LoadEvent | Exception] = asyncio.Queue()
         task = asyncio.create_task(
             self._load(
@@ -381,7 +399,7 @@ class KVService:
                 LoadBudget(
                     deadline, self.settings.relay_wait if relay_wait is None else relay_wait
                 ),
-                tuple(tracks) or QUALITY_ORDER,
+                choice,
                 range(held, writable),
                 events.put_nowait,
             )
@@ -407,7 +425,7 @@ class KVService:
         token_ids: Sequence[int],
         destination: Placement,
         budget: LoadBudget,
-        quality_order: tuple[str, ...],
+        choice: TrackChoice,
         writing: range,
         emit: Callable[[LoadEvent | Exception], None],
     ) -> None:
@@ -453,7 +471,7 @@ class KVService:
             if self.link.subscriber is not None and start < len(token_ids):
                 async with bound:
                     await self._load_resuming(
-                        buffers, token_ids, write, budget, quality_order, start, results, fetched
+                        buffers, token_ids, write, budget, choice, start, results, fetched
                     )
                 further = results[-1].stopped
                 if local is None or further is not StopReason.NOT_FOUND:
@@ -486,6 +504,7 @@ class KVService:
             available,
             tuple(fetched),
             rejected,
+            choice.max_kl,
         )
         self._account(outcome, clock() - started)
         emit(outcome)
@@ -496,7 +515,7 @@ class KVService:
         token_ids: Sequence[int],
         write: KVSink,
         budget: LoadBudget,
-        quality_order: tuple[str, ...],
+        choice: TrackChoice,
         held: int,
         results: list[LoadResult],
         fetched: list[LoadedChunk],
@@ -526,7 +545,7 @@ class KVService:
                     token_ids,
                     write,
                     end - loop.time(),
-                    quality_order=quality_order,
+                    choice=choice,
                     first_chunk=first_chunk,
                     on_loaded=fetched.append,
                     device=buffers.device,
@@ -562,6 +581,20 @@ class KVService:
         except TimeoutError:
             return None
 
+    def _track_choice(self, tracks: Sequence[str], max_kl: float | None) -> TrackChoice:
+        """The request's tracks (all, best first, if it names none) and floor (the settings'
+        if it sets none); InvalidArgument for an unknown track or a floor none meets."""
+        for track in tracks:
+            try:
+                get_codec(track)
+            except KVCodecError as exc:
+                raise InvalidArgument(str(exc)) from None
+        bound = self.settings.max_kl if max_kl is None else max_kl
+        try:
+            return TrackChoice(tuple(tracks) or QUALITY_ORDER, bound)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+
     def _load_local(self, match: PrefixMatch, write: KVSink, held: int) -> StopReason:
         chunks = self._local_kv[match.prompt.namespace()]
         for span in chunk_ranges(match.tokens, match.chunk_size)[held // match.chunk_size :]:
@@ -583,6 +616,8 @@ class KVService:
             loaded=[(span.start, span.stop) for span in outcome.loaded],
             compute_tokens=outcome.compute_tokens,
             rejected=len(outcome.rejected),
+            max_kl=outcome.max_kl,
+            expected_kl=outcome.expected_kl,
             seconds=round(seconds, 4),
         )
 

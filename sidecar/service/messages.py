@@ -165,4 +165,6 @@ def finished(outcome: LoadOutcome) -> pb.LoadFinished:
         prompt_id=outcome.prompt.prompt_id if outcome.prompt else "",
         available_tokens=outcome.available,
         track_bytes=dict(outcome.track_bytes),
+        max_kl=outcome.max_kl,
+        expected_kl=outcome.expected_kl,
     )

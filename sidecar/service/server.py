@@ -100,6 +100,7 @@ async def run_sidecar(
             tracks=config.tracks,
             default_track=config.default_track,
             load_seconds=config.load_seconds,
+            max_kl=config.max_kl,
             relay_wait=config.relay_wait,
             max_request_tokens=config.max_request_tokens,
             max_buffer_sets=config.max_buffer_sets,

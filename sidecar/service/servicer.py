@@ -100,7 +100,9 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
         self, request: pb.LookupRequest, context: grpc.aio.ServicerContext
     ) -> pb.LookupResponse:
         async with _scope(context, "Lookup"):
-            found = await self.service.lookup(request.buffer_set_id, request.token_ids)
+            found = await self.service.lookup(
+                request.buffer_set_id, request.token_ids, _max_kl(request)
+            )
             return messages.found(found)
 
     async def Load(
@@ -118,6 +120,7 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
                     request.held_tokens,
                     _relay_wait(request),
                     request.write_tokens,
+                    _max_kl(request),
                 )
             )
             async with events as progress:
@@ -158,6 +161,15 @@ def _relay_wait(request: pb.LoadRequest) -> float | None:
     if seconds < 0:
         raise InvalidArgument(f"relay_wait is {seconds:.3f} s: a wait is >= 0")
     return seconds
+
+
+def _max_kl(request: pb.LoadRequest | pb.LookupRequest) -> float | None:
+    """The request's quality floor; None (0 on the wire): the sidecar's."""
+    if request.max_kl == 0:
+        return None
+    if not request.max_kl > 0:
+        raise InvalidArgument(f"max_kl is {request.max_kl}: a KL bound is > 0 (inf: none)")
+    return request.max_kl
 
 
 @asynccontextmanager

@@ -32,35 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sidecar.transfer.track_quality import DEFAULT_CHOICE, QUALITY_ORDER, TrackChoice
+
 if TYPE_CHECKING:
     # Only its methods are used: adapt stays importable without torch.
     from sidecar.kvcache.catalog import Catalog
-
-MEASURED_KL: dict[str, float] = {
-    "fp16": 2.5e-07,
-    "bf16": 2.4e-05,
-    "int8": 1.03e-04,
-    "fp8": 3.06e-04,
-    "int4": 1.54e-02,
-    "fp4": 1.56e-02,
-    "ac": 8.36e-02,
-}
-"""Each track's worst KL over three texts and two places, as `kvmoq bench codec` measured it
-(docs/benchmarks.md, "Codecs"); the bench says in its JSON whether its figures still give
-`QUALITY_ORDER`, so a codec change that moves a track shows up there."""
-
-
-def rank_by_quality(kl: Mapping[str, float]) -> tuple[str, ...]:
-    """Tracks best first: lower KL first, and at equal KL the name, so the order is total.
-
-    Size needs no place in the key: `choose_track` takes the first track that fits, so a
-    track that is both larger and worse than another is never chosen whatever its rank.
-    """
-    return tuple(sorted(kl, key=lambda track: (kl[track], track)))
-
-
-QUALITY_ORDER: tuple[str, ...] = rank_by_quality(MEASURED_KL)
-"""Best first, by measured quality: fp16 bf16 int8 fp8 int4 fp4 ac."""
 
 RECENT_WEIGHT = 2.0
 """Shares of the time left that the load's most recent chunk may take: enough for an 8-bit
@@ -188,31 +164,35 @@ def load_seconds_estimate(
     chunk_bytes: Sequence[Mapping[str, int]],
     bytes_per_second: float,
     budget: float,
-    quality_order: Sequence[str] = QUALITY_ORDER,
+    choice: TrackChoice = DEFAULT_CHOICE,
     track_rates: Mapping[str, float] | None = None,
 ) -> float:
     """Seconds to fetch these chunks, each on the track the deadline rule
-    (`transfer.adapt.choose_track`) picks for a load given `budget` seconds, and taking as
-    long as that track's own measured rate says (`track_rates`, bytes per second by track)
-    where there is one, else `bytes_per_second`, as the rule times it.
+    (`transfer.adapt.choose_track`) picks among those `choice` admits for it (the last
+    chunk is the most recent) for a load given `budget` seconds, and taking as long as that
+    track's own measured rate says (`track_rates`, bytes per second by track) where there is
+    one, else `bytes_per_second`, as the rule times it.
 
     Where the rule would stop because nothing lands within the budget, the remaining chunks
-    count at their quickest track: the estimate then exceeds the budget, which tells a model
-    server that a load in that time would leave the rest to compute.
+    count at their quickest admitted track: the estimate then exceeds the budget, which
+    tells a model server that a load in that time would leave the rest to compute. A chunk
+    that no track on offer may take ends the load there (the rest is computed).
     """
     rates = track_rates or {}
     elapsed = 0.0
     for index, sizes in enumerate(chunk_bytes):
+        admitted = choice.admitted(recent=index == len(chunk_bytes) - 1)
+        offered = [name for name in admitted if name in sizes]
+        if not offered:
+            break
         track = choose_track(
             sizes,
             bytes_per_second,
             budget - elapsed,
             len(chunk_bytes) - index,
-            quality_order,
+            offered,
             track_rates=rates,
         )
         seconds = _Timing(sizes, bytes_per_second, rates)
-        if track is None:
-            track = min((name for name in quality_order if name in sizes), key=seconds)
-        elapsed += seconds(track)
+        elapsed += seconds(track if track is not None else min(offered, key=seconds))
     return elapsed

@@ -46,7 +46,6 @@ from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.tensors.handles import SharedMemoryHandle
 from sidecar.tensors.shm import DEFAULT_SHM_ROOTS, open_shared_memory
-from sidecar.transfer.adapt import QUALITY_ORDER
 from sidecar.transfer.subscriber import (
     KVSink,
     KVSubscriber,
@@ -56,6 +55,7 @@ from sidecar.transfer.subscriber import (
     Share,
     StopReason,
 )
+from sidecar.transfer.track_quality import DEFAULT_CHOICE, TrackChoice
 
 WORKER_START_TIMEOUT = 120.0
 """Starting a worker imports torch and aioquic and opens a session: seconds on a busy box."""
@@ -92,7 +92,7 @@ async def load_parallel(
     destination: torch.Tensor | KVSink,
     deadline: float,
     *,
-    quality_order: Sequence[str] = QUALITY_ORDER,
+    choice: TrackChoice = DEFAULT_CHOICE,
 ) -> LoadResult:
     """`KVSubscriber.load` with the chunks spread over `subscribers` (one session each, all
     in this process). If a share fails, the others are cancelled and its error is raised."""
@@ -104,7 +104,7 @@ async def load_parallel(
                 token_ids,
                 destination,
                 deadline,
-                quality_order=quality_order,
+                choice=choice,
                 share=Share(index, count),
             )
         )
@@ -205,7 +205,7 @@ class LoadWorkers:
         destination: SharedMemoryHandle,
         deadline: float,
         *,
-        quality_order: Sequence[str] = QUALITY_ORDER,
+        choice: TrackChoice = DEFAULT_CHOICE,
     ) -> LoadResult:
         """`KVSubscriber.load` with share k of the chunks loaded by worker k into the
         shared-memory view `destination` (which every worker maps)."""
@@ -216,7 +216,8 @@ class LoadWorkers:
             "token_ids": list(token_ids),
             "destination": dataclasses.asdict(destination),
             "deadline": deadline,
-            "quality_order": list(quality_order),
+            "tracks": list(choice.order),
+            "max_kl": choice.max_kl,
         }
         try:
             for index, worker in enumerate(self._workers):
@@ -281,7 +282,7 @@ def _result_json(result: LoadResult) -> dict[str, Any]:
         "prompt": None if result.prompt is None else dataclasses.asdict(result.prompt),
         "available": result.available,
         "loaded": [
-            [c.index, c.tokens.start, c.tokens.stop, c.track, c.nbytes, c.seconds]
+            [c.index, c.tokens.start, c.tokens.stop, c.track, c.nbytes, c.seconds, c.kl]
             for c in result.loaded
         ],
         "rejected": [
@@ -297,8 +298,8 @@ def _result_from_json(raw: dict[str, Any]) -> LoadResult:
         None if prompt is None else PromptName(**prompt),
         raw["available"],
         tuple(
-            LoadedChunk(index, range(start, stop), track, nbytes, seconds)
-            for index, start, stop, track, nbytes, seconds in raw["loaded"]
+            LoadedChunk(index, range(start, stop), track, nbytes, seconds, kl)
+            for index, start, stop, track, nbytes, seconds, kl in raw["loaded"]
         ),
         tuple(
             RejectedChunk(index, range(start, stop), track, reason)
@@ -333,7 +334,7 @@ async def _serve(args: argparse.Namespace) -> None:
                     mapped[handle],
                     request["deadline"],
                     share=Share(*request["share"]),
-                    quality_order=request["quality_order"],
+                    choice=TrackChoice(tuple(request["tracks"]), request["max_kl"]),
                 )
             except Exception as exc:  # reported to the parent, which raises WorkerFailed
                 _say({"error": f"{type(exc).__name__}: {exc}"})

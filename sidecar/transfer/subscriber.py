@@ -47,13 +47,13 @@ from sidecar.log import get_logger
 from sidecar.moqt.aio.api import FetchReset, FetchStream, MoqtApiError, RequestRefused, Session
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from sidecar.transfer.adapt import (
-    QUALITY_ORDER,
     ThroughputEstimate,
     choose_track,
     chunk_sizes,
     load_seconds_estimate,
 )
 from sidecar.transfer.catalog_feed import MAX_ANNOUNCED, CatalogFeed, CatalogFeeds, PublishedPrompts
+from sidecar.transfer.track_quality import DEFAULT_CHOICE, TrackChoice, chunk_kl
 
 log = get_logger(__name__)
 
@@ -84,6 +84,9 @@ class StopReason(enum.Enum):
     relay holds the next chunk on no track."""
     CATALOG_INVALID = "catalog invalid"
     """A catalog revision contradicted an earlier one: nothing more is trusted."""
+    QUALITY_FLOOR = "quality floor"
+    """The next chunk is on offer only on tracks outside the load's quality floor
+    (`TrackChoice.max_kl`): it and every chunk after it are left to compute."""
     RELAY_GONE = "relay gone"
     """The MoQT session the load ran on (to a relay, or to the publisher itself) closed or
     fell silent past its request timeout."""
@@ -135,6 +138,13 @@ class LoadedChunk:
     track: str
     nbytes: int
     seconds: float
+    kl: float
+    """What this chunk costs the model's answer, as measured (`track_quality.chunk_kl`)."""
+
+
+def expected_kl(chunks: Iterable[LoadedChunk]) -> float:
+    """A load's expected KL: the worst of its chunks' (`track_quality`); 0 for none."""
+    return max((chunk.kl for chunk in chunks), default=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,12 +310,19 @@ class KVSubscriber:
         rate = self.track_throughput.get(track, ThroughputEstimate())
         self.track_throughput[track] = rate.observe(nbytes, seconds)
 
-    async def estimate(self, availability: Availability, layout: KVLayout, budget: float) -> float:
+    async def estimate(
+        self,
+        availability: Availability,
+        layout: KVLayout,
+        budget: float,
+        choice: TrackChoice = DEFAULT_CHOICE,
+    ) -> float:
         """Seconds a load of what `lookup` found would take, given `budget` seconds: each
-        chunk on the track the deadline rule would choose (the catalog's sizes, or fp16's
-        before the catalog says) at the throughput this subscriber measured over its loads,
-        which a load starts from, timed at that track's own measured rate where there is
-        one (`kvmoq bench e2e` reports the estimate's error)."""
+        chunk on the track the deadline rule would choose among those `choice` admits (the
+        catalog's sizes, or fp16's before the catalog says) at the throughput this
+        subscriber measured over its loads, which a load starts from, timed at that track's
+        own measured rate where there is one (`kvmoq bench e2e` reports the estimate's
+        error)."""
         if availability.prompt is None:
             return 0.0
         rate = self.throughput.bytes_per_second
@@ -313,7 +330,7 @@ class KVSubscriber:
         if catalog is None or catalog.ready_chunks == 0:  # no size known yet: fp16's
             return availability.tokens * layout.fp16_bytes_per_token / rate
         sizes = chunk_sizes(catalog, chunk_count(availability.tokens, catalog.chunk_size))
-        return load_seconds_estimate(sizes, rate, budget, track_rates=self.track_rates())
+        return load_seconds_estimate(sizes, rate, budget, choice, track_rates=self.track_rates())
 
     def track_rates(self) -> dict[str, float]:
         """Bytes per second measured on each track this subscriber has loaded."""
@@ -332,7 +349,7 @@ class KVSubscriber:
         destination: torch.Tensor | KVSink,
         deadline: float,
         *,
-        quality_order: Sequence[str] = QUALITY_ORDER,
+        choice: TrackChoice = DEFAULT_CHOICE,
         share: Share = WHOLE,
         first_chunk: int = 0,
         on_loaded: Callable[[LoadedChunk], None] | None = None,
@@ -341,8 +358,8 @@ class KVSubscriber:
         """Load the KV of the longest available prefix of `token_ids` within `deadline` seconds.
 
         `destination` is a tensor `[layers, 2, >= tokens, kv_heads, head_dim]` (written at
-        the tokens' positions, cast to its dtype) or a callback. `quality_order` (best first)
-        narrows the tracks the deadline rule may choose. `share` loads only that part of the
+        the tokens' positions, cast to its dtype) or a callback. `choice` names the tracks the
+        deadline rule may choose, best first, and the KL bound that narrows them per chunk. `share` loads only that part of the
         available chunks (`transfer.parallel` spreads one load over several sessions); the
         result still reports what the prompt covers, and the destination must hold it all.
         Chunks before `first_chunk` are taken as in place already (a load resumed on a new
@@ -366,7 +383,7 @@ class KVSubscriber:
             if isinstance(destination, torch.Tensor):
                 device = destination.device
             load = _Load(
-                self, source, chunks, destination, end, quality_order, on_loaded,
+                self, source, chunks, destination, end, choice, on_loaded,
                 device or torch.device("cpu"),
             )  # fmt: skip
             return await load.run()
@@ -485,7 +502,7 @@ class _Load:
         chunks: range,
         destination: torch.Tensor | KVSink,
         end: float,
-        quality_order: Sequence[str],
+        choice: TrackChoice,
         on_loaded: Callable[[LoadedChunk], None] | None,
         device: torch.device,
     ) -> None:
@@ -496,7 +513,7 @@ class _Load:
         """The source's chunks this load fetches (all of them unless it is a share)."""
         self.destination = destination
         self.end = end
-        self.quality_order = quality_order
+        self.choice = choice
         self.on_loaded = on_loaded
         self.device = device
         """Where chunks are decoded: the destination's device."""
@@ -571,10 +588,9 @@ class _Load:
     def _retry(self, rejected: _Transfer) -> _Transfer | StopReason | None:
         """The rejected chunk again on the next track that fits; None when every track on
         offer failed it (the load moves on and the chunk stays a hole)."""
-        failed = self.failed.setdefault(rejected.index, set())
-        failed.add(rejected.track)
+        self.failed.setdefault(rejected.index, set()).add(rejected.track)
         offered = rejected.catalog.chunk_bytes(rejected.index)
-        if not any(t in offered and t not in failed for t in self.quality_order):
+        if not any(t in offered for t in self._tracks(rejected.index)):
             return None
         return self._begin(rejected.catalog, rejected.index)
 
@@ -599,25 +615,35 @@ class _Load:
 
     def _begin(self, catalog: Catalog, index: int) -> _Transfer | StopReason:
         """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule)."""
-        failed = self.failed.get(index, set())
+        recent = index == self.source.chunks - 1
+        if self.choice.refuses(catalog.chunk_bytes(index), recent):
+            return StopReason.QUALITY_FLOOR
+        tracks = self._tracks(index)
         track = choose_track(
             catalog.chunk_bytes(index),
             self.subscriber.throughput.bytes_per_second,
             self.end - self.clock(),
             self.chunks.stop - index,
-            [t for t in self.quality_order if t not in failed],
+            tracks,
             last_is_recent=self.chunks.stop == self.source.chunks,
             track_rates=self.subscriber.track_rates(),
         )
         if track is None:
             if index == self.chunks.start:
-                self._remeasure(catalog, index, failed)
+                self._remeasure(catalog, index, tracks)
             return StopReason.DEADLINE
         size = catalog.chunk_bytes(index)[track]
         task = asyncio.ensure_future(_timed(self._fetch(catalog, index, track, size)))
         return _Transfer(catalog, index, track, self.clock(), task)
 
-    def _remeasure(self, catalog: Catalog, index: int, failed: set[str]) -> None:
+    def _tracks(self, index: int) -> list[str]:
+        """The tracks chunk `index` may take, best first: those the load's choice admits at
+        its place (the source's last chunk is its most recent), less those it failed on."""
+        failed = self.failed.get(index, set())
+        admitted = self.choice.admitted(recent=index == self.source.chunks - 1)
+        return [t for t in admitted if t not in failed]
+
+    def _remeasure(self, catalog: Catalog, index: int, tracks: Sequence[str]) -> None:
         """The estimate refused this load its first chunk: fetch that chunk anyway, for no
         load, on the track the load wanted most, so the estimate follows the link again.
 
@@ -626,7 +652,7 @@ class _Load:
         an estimate that refuses every later load, and nothing ever measures again.
         """
         offered = catalog.chunk_bytes(index)
-        track = next((t for t in self.quality_order if t in offered and t not in failed), None)
+        track = next((t for t in tracks if t in offered), None)
         if track is None:
             return
         size = offered[track]
@@ -653,7 +679,8 @@ class _Load:
             self.destination(span, kv)
         size = catalog.chunk_bytes(index)[track]
         seconds = self.clock() - transfer.started
-        chunk = LoadedChunk(index, span, track, size, seconds)
+        recent = index == self.source.chunks - 1
+        chunk = LoadedChunk(index, span, track, size, seconds, chunk_kl(track, recent))
         self.loaded.append(chunk)
         if self.on_loaded is not None:
             self.on_loaded(chunk)

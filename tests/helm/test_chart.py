@@ -288,6 +288,7 @@ def test_settings_become_kvmoq_env(tmp_path: Path) -> None:
         "max_published_bytes": 8 << 30,
         "load_seconds": 2.5,
         "drain_seconds": 20,
+        "max_kl": 0.01,
     }
     values = merged(
         INFERENCE,
@@ -314,6 +315,7 @@ def test_settings_become_kvmoq_env(tmp_path: Path) -> None:
         "KVMOQ_MAX_PUBLISHED_BYTES": "8589934592",
         "KVMOQ_LOAD_SECONDS": "2.5",
         "KVMOQ_DRAIN_SECONDS": "20",
+        "KVMOQ_MAX_KL": "0.01",
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from sidecar.cli import main
 from sidecar.kvcache.codecs.int4 import INT4
 from sidecar.kvcache.layout import KVLayout
+from sidecar.transfer.track_quality import MEASURED
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -55,3 +57,17 @@ def test_quality_orders_the_compressions(result: dict[str, Any]) -> None:
     worst = max(q["kl"] for places in int4["quality"].values() for q in places.values())
     assert int4["kl"] == worst
     assert result["baseline_cachegen"]["bits_per_element"] < 16
+
+
+def test_each_track_is_measured_as_served_and_checked_against_the_floor_table(
+    result: dict[str, Any],
+) -> None:
+    """As served (the context's last chunk on int8), int4 does better than alone; the JSON
+    says whether the figures loads plan by still hold for what was measured."""
+    int4 = result["codecs"]["int4"]
+    worst = max(q["kl"] for places in int4["served_quality"].values() for q in places.values())
+    assert int4["served_kl"] == worst < int4["kl"]
+    floor = result["floor_figures"]
+    assert floor["tracks"]["int4"]["table"] == asdict(MEASURED["int4"])
+    assert floor["tracks"]["int4"]["served"] == int4["served_kl"]
+    assert floor["holds"] == all(entry["holds"] for entry in floor["tracks"].values())

@@ -22,6 +22,7 @@ from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio.quic_backend import BACKENDS
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
+from sidecar.transfer.track_quality import TrackChoice
 from tests.moqt.test_relay_harness import RELAY_PYTHON, running_relay
 from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
 
@@ -79,7 +80,9 @@ def test_a_prompt_loads_through_the_relay_on_python_3_12(
                 subscriber = await net.subscriber()
                 for track in ("fp16", "int8"):
                     loaded = torch.zeros(LAYOUT.shape(len(ids)), dtype=torch.float16)
-                    result = await subscriber.load(MODEL, ids, loaded, 30, quality_order=(track,))
+                    result = await subscriber.load(
+                        MODEL, ids, loaded, 30, choice=TrackChoice.only(track)
+                    )
                     assert result.stopped is StopReason.COMPLETE, result
                     assert result.prefix_tokens == len(ids)
                     codec = get_codec(track)

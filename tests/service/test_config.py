@@ -73,6 +73,16 @@ def test_a_load_waits_two_seconds_for_a_lost_relay_unless_told() -> None:
             config([*base, "--relay-wait", bad])
 
 
+def test_loads_keep_to_the_near_lossless_tracks_unless_told() -> None:
+    base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
+    assert config(base).max_kl == 1e-3
+    assert config(base, {"KVMOQ_MAX_KL": "0.01"}).max_kl == 0.01
+    assert config([*base, "--max-kl", "inf"]).max_kl == float("inf")
+    for bad, words in (("0", "a KL bound > 0"), ("nan", "a KL bound > 0"), ("1e-9", "no track")):
+        with pytest.raises(ConfigError, match=f"--max-kl: .*{words}"):
+            config([*base, "--max-kl", bad])
+
+
 def test_the_kv_api_on_the_probe_port_and_the_token_file_are_opt_in(tmp_path: Path) -> None:
     base = ["--relay", "moqt://r:1", "--grpc", "unix:///a"]
     got = config(base)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -10,8 +12,11 @@ from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.transfer.adapt import chunk_sizes, load_seconds_estimate
+from sidecar.transfer.track_quality import TrackChoice
 from tests.service.sidecar_proc import synthetic_kv
 
+ANY_TRACK = TrackChoice(max_kl=math.inf)
+"""No quality floor: the deadline rule alone."""
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=16, dtype="float16")
 CHUNK = 16
 TRACKS = ("fp16", "int8", "int4")
@@ -56,11 +61,19 @@ def test_each_chunk_counts_on_the_track_the_deadline_rule_takes(catalog: Catalog
     assert int4_chunk <= (3 * int8_chunk - int4_chunk) / 3 < int8_chunk
     assert int8_chunk <= 3 * int8_chunk - 2 * int4_chunk < fp16_chunk
     expected = (2 * int4_chunk + int8_chunk) / rate
-    assert load_seconds_estimate(whole, rate, budget) == pytest.approx(expected)
+    assert load_seconds_estimate(whole, rate, budget, ANY_TRACK) == pytest.approx(expected)
     # A narrower order, as a Load's track list would give.
-    assert load_seconds_estimate(sizes, rate, 10.0, ("int4",)) == pytest.approx(int4 / rate)
-    # Nothing fits: every chunk at its smallest, more than the budget (the load would stop).
-    assert load_seconds_estimate(sizes, rate, budget=1e-9) == pytest.approx(int4 / rate)
+    assert load_seconds_estimate(sizes, rate, 10.0, TrackChoice.only("int4")) == pytest.approx(
+        int4 / rate
+    )
+    # Nothing fits: every chunk at its smallest, more than the budget (the load would stop);
+    # under the default quality floor the smallest it admits.
+    assert load_seconds_estimate(sizes, rate, 1e-9, ANY_TRACK) == pytest.approx(int4 / rate)
+    assert load_seconds_estimate(sizes, rate, budget=1e-9) == pytest.approx(int8 / rate)
+    # A floor that admits int4 everywhere but the most recent chunk.
+    looser = TrackChoice(max_kl=0.01)
+    at_most_int8 = sum(s["int4"] for s in sizes[:3]) + sizes[3]["int8"]
+    assert load_seconds_estimate(sizes, rate, 1e-9, looser) == pytest.approx(at_most_int8 / rate)
 
 
 def test_chunks_not_described_yet_count_at_the_bytes_per_token_of_those_that_are() -> None:
@@ -84,14 +97,14 @@ def test_each_chunk_takes_as_long_as_its_tracks_own_rate_says(catalog: Catalog) 
     int4 = sum(s["int4"] for s in sizes)
     rates = {"fp16": 2e6, "int4": 0.25e6}  # int8 unmeasured: the overall rate
     assert load_seconds_estimate(sizes, 1e6, 10.0, track_rates=rates) == pytest.approx(fp16 / 2e6)
-    only_int4 = load_seconds_estimate(sizes, 1e6, 10.0, ("int4",), track_rates=rates)
+    only_int4 = load_seconds_estimate(sizes, 1e6, 10.0, TrackChoice.only("int4"), track_rates=rates)
     assert only_int4 == pytest.approx(int4 / 0.25e6)
     # Nothing lands in time: each chunk at its quickest track, at that track's own rate
     # (int4, the smallest, is not the quickest at 0.25 MB/s).
     quickest = sum(min(size / rates.get(t, 1e6) for t, size in s.items()) for s in sizes)
     assert quickest < int4 / 0.25e6
-    assert load_seconds_estimate(sizes, 1e6, 1e-9, track_rates=rates) == pytest.approx(quickest)
+    assert load_seconds_estimate(sizes, 1e6, 1e-9, ANY_TRACK, rates) == pytest.approx(quickest)
     int8 = sum(s["int8"] for s in sizes)
-    assert load_seconds_estimate(sizes, 1e6, 10.0, ("int8",), track_rates=rates) == pytest.approx(
-        int8 / 1e6
-    )
+    assert load_seconds_estimate(
+        sizes, 1e6, 10.0, TrackChoice.only("int8"), track_rates=rates
+    ) == pytest.approx(int8 / 1e6)

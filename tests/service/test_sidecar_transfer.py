@@ -18,6 +18,7 @@ from sidecar.kvcache.layout import KVLayout
 from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
+from sidecar.transfer.track_quality import DEFAULT_MAX_KL, MEASURED
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.service.sidecar_proc import (
     ContiguousKV,
@@ -176,6 +177,32 @@ def test_lookup_estimates_the_bytes_of_the_tracks_a_load_takes(
         prior = DEFAULT_PRIOR_BYTES_PER_SECOND
         assert found.estimated_seconds == pytest.approx(int8_bytes / prior)
         assert found.estimated_seconds < 0.6 * len(prompt) * LAYOUT.fp16_bytes_per_token / prior
+        # The sidecar's default quality floor, kept and reported with what the KV costs.
+        assert finished.max_kl == DEFAULT_MAX_KL
+        assert finished.expected_kl == MEASURED["int8"].alone
+
+        # int4 alone is outside the default floor: refused, with the measured figures.
+        int4_only = pb.LoadRequest(
+            buffer_set_id=destination_id, token_ids=prompt, destination=every_token, tracks=["int4"]
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            load(decode.stub, int4_only, timeout=60)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "no track of ['int4'] is within max_kl 0.001" in str(refused.value.details())
+        # Within 0.01 int4 takes every chunk but the most recent, which is left to compute.
+        int4_only.max_kl = 0.01
+        _, looser = load(decode.stub, int4_only, timeout=60)
+        assert looser.stop_reason == pb.STOP_REASON_QUALITY_FLOOR
+        assert spans(looser.loaded) == [(0, 3 * CHUNK)]
+        assert looser.compute_tokens == len(prompt) - 3 * CHUNK
+        assert (looser.max_kl, looser.expected_kl) == (0.01, MEASURED["int4"].served)
+        for bad in (-1.0, float("nan")):
+            with pytest.raises(grpc.RpcError) as refused:
+                decode.stub.Lookup(
+                    pb.LookupRequest(buffer_set_id=destination_id, token_ids=prompt, max_kl=bad)
+                )
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert decode.process.poll() is None and decode.get("/readyz")[0] == 200  # still up
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ import safetensors.torch
 import torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
+from sidecar.kvcache.tracks import DEFAULT_TRACK
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
@@ -68,6 +69,7 @@ class Network:
         tracks: Sequence[str],
         chunk_size: int,
         payload_hook: PayloadHook | None = None,
+        default_track: str = DEFAULT_TRACK,
     ) -> PublishedPrompt:
         """A prompt declared, announced and published whole on a publisher session of its
         own: where most transfer tests start."""
@@ -77,6 +79,7 @@ class Network:
             layout,
             token_ids,
             tracks=tracks,
+            default_track=default_track,
             chunk_size=chunk_size,
             payload_hook=payload_hook,
         )

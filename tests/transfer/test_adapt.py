@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 from sidecar.kvcache.naming import PAYLOAD_TRACKS
 from sidecar.transfer.adapt import (
     DEFAULT_PRIOR_BYTES_PER_SECOND,
-    QUALITY_ORDER,
     RECENT_WEIGHT,
     ThroughputEstimate,
     choose_track,
-    rank_by_quality,
     time_share,
 )
+from sidecar.transfer.track_quality import QUALITY_ORDER, rank_by_quality
 
 rates = st.floats(1.0, 1e11)
 samples = st.tuples(st.integers(1, 1 << 30), st.floats(1e-6, 100.0))

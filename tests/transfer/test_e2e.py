@@ -20,6 +20,7 @@ from sidecar.models import kv_store
 from sidecar.models.kv import forward_with_kv, kv_layout
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
+from sidecar.transfer.track_quality import TrackChoice
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, layout_of, network, publisher_process, run
 
@@ -57,7 +58,7 @@ def test_loaded_cache_predicts_what_recompute_predicts(
                 for track in ("fp16", "int8"):
                     out = torch.zeros(layout.shape(PUBLISHED))
                     result = await subscriber.load(
-                        MODEL, ids[:PUBLISHED], out, 60, quality_order=(track,)
+                        MODEL, ids[:PUBLISHED], out, 60, choice=TrackChoice.only(track)
                     )
                     assert result.stopped is StopReason.COMPLETE
                     assert result.loaded_tokens == (range(0, PUBLISHED),)
@@ -68,7 +69,7 @@ def test_loaded_cache_predicts_what_recompute_predicts(
 
                     partial = torch.zeros(layout.shape(300))
                     result = await subscriber.load(
-                        MODEL, shorter, partial, 60, quality_order=(track,)
+                        MODEL, shorter, partial, 60, choice=TrackChoice.only(track)
                     )
                     assert result.available == result.prefix_tokens == 256
                     got = await asyncio.to_thread(next_token, smollm2, partial, shorter, 256)

@@ -20,7 +20,8 @@ from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
-from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
+from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason, expected_kl
+from sidecar.transfer.track_quality import MEASURED, TrackChoice
 from tests.moqt.test_relay_harness import RelayProcess
 from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
 
@@ -46,7 +47,7 @@ def test_whole_prompt_loads_on_the_default_track(
             assert found.catalog == prompt.catalog  # what the lookup read, for estimates
             out = torch.zeros_like(kv)
             result = await subscriber.load(
-                MODEL, token_ids, out, deadline=30, quality_order=("int8",)
+                MODEL, token_ids, out, deadline=30, choice=TrackChoice(("int8",))
             )
             assert result.stopped is StopReason.COMPLETE, result
             assert result.loaded_tokens == (range(0, 70),)
@@ -78,12 +79,52 @@ def test_a_track_is_encoded_when_first_asked_for(
             assert prompt.kept_tracks == ("int8",)
             subscriber = await net.subscriber(CHUNK)
             out = torch.zeros_like(kv)
-            result = await subscriber.load(MODEL, token_ids, out, 30, quality_order=("fp16",))
+            result = await subscriber.load(MODEL, token_ids, out, 30, choice=TrackChoice(("fp16",)))
             assert result.stopped is StopReason.COMPLETE
             assert [c.track for c in result.loaded] == ["fp16"] * 4
             assert torch.equal(out, roundtrip("fp16", kv))
             assert prompt.kept_tracks == ("fp16", "int8")  # int4 was never asked for
             assert prompt.requests["fp16"] == 4 and prompt.requests["int4"] == 0
+
+    run(main)
+
+
+def test_a_quality_floor_keeps_chunks_off_tracks_outside_it(
+    relay: RelayProcess,
+    cert: CertificatePaths,
+) -> None:
+    """A prompt offered on int4 and ac only: the default floor takes neither (nothing is
+    loaded, the model server computes it all); a floor of 0.01 takes int4 for every chunk
+    but the most recent, which it leaves to compute; each load says what its KV costs."""
+    token_ids = list(range(300, 300 + 3 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=7)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            await net.published(
+                LAYOUT, token_ids, kv, tracks=("int4", "ac"), default_track="int4", chunk_size=CHUNK
+            )
+            subscriber = await net.subscriber(CHUNK)
+            out = torch.zeros_like(kv)
+            strict = await subscriber.load(MODEL, token_ids, out, 30)
+            assert strict.stopped is StopReason.QUALITY_FLOOR
+            assert strict.loaded == () and not out.any()
+            assert expected_kl(strict.loaded) == 0.0
+
+            looser = await subscriber.load(
+                MODEL, token_ids, out, 30, choice=TrackChoice(max_kl=0.01)
+            )
+            assert looser.stopped is StopReason.QUALITY_FLOOR
+            assert [(c.index, c.track) for c in looser.loaded] == [(0, "int4"), (1, "int4")]
+            assert looser.loaded_tokens == (range(0, 2 * CHUNK),)
+            assert not out[:, :, 2 * CHUNK :].any()  # the most recent chunk: left to compute
+            assert expected_kl(looser.loaded) == MEASURED["int4"].served <= 0.01
+
+            whatever = await subscriber.load(
+                MODEL, token_ids, out, 30, choice=TrackChoice.only("ac")
+            )
+            assert whatever.stopped is StopReason.COMPLETE
+            assert expected_kl(whatever.loaded) == MEASURED["ac"].alone
 
     run(main)
 

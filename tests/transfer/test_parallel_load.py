@@ -3,6 +3,8 @@ the same bytes and the same report as one load on one session."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -19,6 +21,7 @@ from sidecar.transfer.parallel import (
     shared_destination,
 )
 from sidecar.transfer.subscriber import LoadedChunk, LoadResult, RejectedChunk, StopReason
+from sidecar.transfer.track_quality import TrackChoice
 from tests.moqt.test_relay_harness import RelayProcess, settings_for
 from tests.transfer.kv_net import MODEL, Network, network, run, synthetic_kv
 
@@ -147,12 +150,12 @@ def test_shares_cover_every_chunk_once() -> None:
 def test_merge_keeps_the_first_incomplete_reason_and_every_chunk() -> None:
     name = PromptName(MODEL, "0" * 64)
     first = LoadResult(
-        name, 48, (LoadedChunk(0, range(0, 16), "int8", 10, 0.1),), (), StopReason.COMPLETE
+        name, 48, (LoadedChunk(0, range(0, 16), "int8", 10, 0.1, 1e-4),), (), StopReason.COMPLETE
     )
     second = LoadResult(
         name,
         48,
-        (LoadedChunk(2, range(32, 48), "int8", 10, 0.1),),
+        (LoadedChunk(2, range(32, 48), "int8", 10, 0.1, 1e-4),),
         (RejectedChunk(1, range(16, 32), "int8", "digest"),),
         StopReason.DEADLINE,
     )
@@ -185,7 +188,8 @@ def test_only_the_share_that_ends_the_load_weights_its_last_chunk(
             for subscriber in subscribers:
                 subscriber.throughput = ThroughputEstimate(bytes_per_second=1000.0)
             out = torch.zeros_like(kv)
-            result = await load_parallel(subscribers, MODEL, TOKENS, out, 8.2)
+            no_floor = TrackChoice(max_kl=math.inf)  # the deadline rule alone
+            result = await load_parallel(subscribers, MODEL, TOKENS, out, 8.2, choice=no_floor)
             assert result.stopped is StopReason.COMPLETE
             first = {chunk.index: chunk.track for chunk in result.loaded if chunk.index % 2 == 0}
             assert first == {0: "int8", 2: "int8", 4: "int4"}

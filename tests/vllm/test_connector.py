@@ -19,6 +19,7 @@ from kvmoq_client.vllm.settings import DEFAULT_LOAD_DEADLINE_S
 from sidecar.demo.vllm_engines import MODEL_DIR, REPO, VLLM_PYTHON, Engine, Output
 from sidecar.kvcache.naming import chunk_count
 from sidecar.models.corpus import text_token_ids
+from sidecar.transfer.track_quality import DEFAULT_MAX_KL
 from tests.transfer.kv_net import publisher_process
 from tests.vllm.conftest import Stack
 
@@ -178,22 +179,24 @@ def test_a_chunk_that_fails_verification_is_recomputed(
     assert recovered and f"({LOADED - corrupt * CHUNK} tokens affected)" in recovered[-1]
 
 
-def test_a_request_sets_its_own_load_deadline_within_the_connectors(stack: Stack) -> None:
+def test_a_request_sets_its_own_load_deadline_and_quality_floor(stack: Stack) -> None:
     """`kvmoq_deadline` in a request's kv_transfer_params: its load gets that long, and no
     longer than the connector's `load_deadline` however long it asks for (whoever sends
-    requests may tighten the operator's bound, not widen it). The sidecar logs each Load's
-    deadline as it received it."""
+    requests may tighten the operator's bound, not widen it); `kvmoq_max_kl` replaces the
+    quality floor, which is otherwise the sidecar's. The sidecar logs each Load's deadline
+    and floor as it received them."""
     short, long = prompt(14), prompt(15)
     served = served_by_p(stack, short, long)
-    for ids, reference, asked, bound in (
-        (short, served[0], 0.5, 0.5),
-        (long, served[1], 3600, DEFAULT_LOAD_DEADLINE_S),
+    for ids, reference, asked, bound, floor in (
+        (short, served[0], 0.5, 0.5, {"max_kl": 0.02}),
+        (long, served[1], 3600, DEFAULT_LOAD_DEADLINE_S, {}),
     ):
-        (loaded,) = stack.d.run({**request(ids, "fp16"), "deadline": asked}).outputs
+        (loaded,) = stack.d.run({**request(ids, "fp16"), "deadline": asked, **floor}).outputs
         assert_same_greedy_text(loaded, reference)
         log = stack.sidecar_d.child.log_tail(100_000).splitlines()
         started = json.loads([line for line in log if '"load_started"' in line][-1])
         assert bound - 0.5 < started["deadline"] <= bound, (asked, started)
+        assert started["max_kl"] == floor.get("max_kl", DEFAULT_MAX_KL), started
 
 
 def test_blocks_in_vllms_own_prefix_cache_are_not_fetched_again(stack: Stack) -> None:

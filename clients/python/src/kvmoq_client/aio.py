@@ -118,9 +118,11 @@ class AsyncKVCacheClient:
         return await self._unary(self._stub.Publish, request)
 
     async def lookup(
-        self, buffer_set_id: str, token_ids: Sequence[int]
+        self, buffer_set_id: str, token_ids: Sequence[int], *, max_kl: float | None = None
     ) -> kv_cache_pb2.LookupResponse:
-        return await self._unary(self._stub.Lookup, lookup_request(buffer_set_id, token_ids))
+        """What a load would find (see `KVCacheClient.lookup`)."""
+        request = lookup_request(buffer_set_id, token_ids, max_kl)
+        return await self._unary(self._stub.Lookup, request)
 
     def load(
         self,
@@ -133,10 +135,18 @@ class AsyncKVCacheClient:
         held_tokens: int = 0,
         relay_wait: float | None = None,
         write_tokens: int = 0,
+        max_kl: float | None = None,
     ) -> AsyncLoad:
         """Start loading the longest available prefix into `destination` (see `KVCacheClient.load`)."""
         request = load_request(
-            buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens
+            buffer_set_id,
+            token_ids,
+            destination,
+            tracks,
+            held_tokens,
+            relay_wait,
+            write_tokens,
+            max_kl,
         )
         call = self._stub.Load(
             request,

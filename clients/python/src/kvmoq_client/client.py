@@ -120,8 +120,13 @@ class KVCacheClient(ClosesOnExit):
         request = publish_request(buffer_set_id, token_ids, source, tracks, default_track)
         return self._unary(self._stub.Publish, request)
 
-    def lookup(self, buffer_set_id: str, token_ids: Sequence[int]) -> kv_cache_pb2.LookupResponse:
-        return self._unary(self._stub.Lookup, lookup_request(buffer_set_id, token_ids))
+    def lookup(
+        self, buffer_set_id: str, token_ids: Sequence[int], *, max_kl: float | None = None
+    ) -> kv_cache_pb2.LookupResponse:
+        """What a load would find, and its estimated seconds under the quality floor
+        `max_kl` (see `load`)."""
+        request = lookup_request(buffer_set_id, token_ids, max_kl)
+        return self._unary(self._stub.Lookup, request)
 
     def load(
         self,
@@ -134,6 +139,7 @@ class KVCacheClient(ClosesOnExit):
         held_tokens: int = 0,
         relay_wait: float | None = None,
         write_tokens: int = 0,
+        max_kl: float | None = None,
     ) -> Load:
         """Start loading the longest available prefix into `destination`.
 
@@ -145,9 +151,21 @@ class KVCacheClient(ClosesOnExit):
         resume (else the sidecar's `--relay-wait`); past it the load ends RELAY_GONE.
         `write_tokens`: only the first this many tokens have slots in `destination`; the
         rest only name the prompt (0: every token has one).
+        `max_kl`: the quality floor, a bound on the expected KL of the model's next-token
+        distributions from the loaded KV: chunks go only on tracks measured within it, or
+        are left to compute (else the sidecar's `--max-kl`, by default 1e-3: the
+        near-lossless tracks only; `math.inf`: no floor). LoadFinished says the bound kept
+        and the loaded KV's expected KL.
         """
         request = load_request(
-            buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens
+            buffer_set_id,
+            token_ids,
+            destination,
+            tracks,
+            held_tokens,
+            relay_wait,
+            write_tokens,
+            max_kl,
         )
         call = self._stub.Load(
             request,

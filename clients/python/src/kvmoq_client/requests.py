@@ -33,8 +33,12 @@ def publish_request(
     )
 
 
-def lookup_request(buffer_set_id: str, token_ids: Sequence[int]) -> kv_cache_pb2.LookupRequest:
-    return kv_cache_pb2.LookupRequest(buffer_set_id=buffer_set_id, token_ids=list(token_ids))
+def lookup_request(
+    buffer_set_id: str, token_ids: Sequence[int], max_kl: float | None = None
+) -> kv_cache_pb2.LookupRequest:
+    return kv_cache_pb2.LookupRequest(
+        buffer_set_id=buffer_set_id, token_ids=list(token_ids), max_kl=_kl_bound(max_kl)
+    )
 
 
 def load_request(
@@ -45,6 +49,7 @@ def load_request(
     held_tokens: int = 0,
     relay_wait: float | None = None,
     write_tokens: int = 0,
+    max_kl: float | None = None,
 ) -> kv_cache_pb2.LoadRequest:
     request = kv_cache_pb2.LoadRequest(
         buffer_set_id=buffer_set_id,
@@ -53,12 +58,22 @@ def load_request(
         tracks=list(tracks),
         held_tokens=held_tokens,
         write_tokens=write_tokens,
+        max_kl=_kl_bound(max_kl),
     )
     if relay_wait is not None:
         if not 0 <= relay_wait < float("inf"):
             raise ValueError(f"relay_wait is seconds >= 0, got {relay_wait}")
         request.relay_wait.FromNanoseconds(round(relay_wait * 1e9))
     return request
+
+
+def _kl_bound(max_kl: float | None) -> float:
+    """A quality floor on the wire: 0 for None (the sidecar's own)."""
+    if max_kl is None:
+        return 0.0
+    if not max_kl > 0:
+        raise ValueError(f"max_kl is a KL bound > 0 (inf: none), got {max_kl}")
+    return max_kl
 
 
 def no_finish(buffer_set_id: str) -> str:

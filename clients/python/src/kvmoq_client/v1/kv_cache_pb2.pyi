@@ -29,6 +29,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_CATALOG_INVALID: _ClassVar[StopReason]
     STOP_REASON_RELAY_GONE: _ClassVar[StopReason]
     STOP_REASON_CANCELLED: _ClassVar[StopReason]
+    STOP_REASON_QUALITY_FLOOR: _ClassVar[StopReason]
 KV_PART_UNSPECIFIED: KVPart
 KV_PART_KEY: KVPart
 KV_PART_VALUE: KVPart
@@ -41,6 +42,7 @@ STOP_REASON_PUBLISHER_GONE: StopReason
 STOP_REASON_CATALOG_INVALID: StopReason
 STOP_REASON_RELAY_GONE: StopReason
 STOP_REASON_CANCELLED: StopReason
+STOP_REASON_QUALITY_FLOOR: StopReason
 
 class KVLayout(_message.Message):
     __slots__ = ("num_layers", "num_kv_heads", "head_dim", "dtype")
@@ -157,12 +159,14 @@ class PublishResponse(_message.Message):
     def __init__(self, prompt_id: _Optional[str] = ..., namespace: _Optional[_Iterable[str]] = ..., tracks: _Optional[_Iterable[str]] = ..., chunks: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("buffer_set_id", "token_ids")
+    __slots__ = ("buffer_set_id", "token_ids", "max_kl")
     BUFFER_SET_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_KL_FIELD_NUMBER: _ClassVar[int]
     buffer_set_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    max_kl: float
+    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., max_kl: _Optional[float] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ("available_tokens", "ready_tokens", "prompt_id", "relay_url", "estimated_seconds", "withdrawn")
@@ -181,7 +185,7 @@ class LookupResponse(_message.Message):
     def __init__(self, available_tokens: _Optional[int] = ..., ready_tokens: _Optional[int] = ..., prompt_id: _Optional[str] = ..., relay_url: _Optional[str] = ..., estimated_seconds: _Optional[float] = ..., withdrawn: _Optional[bool] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
-    __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks", "held_tokens", "relay_wait", "write_tokens")
+    __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks", "held_tokens", "relay_wait", "write_tokens", "max_kl")
     BUFFER_SET_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +194,7 @@ class LoadRequest(_message.Message):
     HELD_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RELAY_WAIT_FIELD_NUMBER: _ClassVar[int]
     WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_KL_FIELD_NUMBER: _ClassVar[int]
     buffer_set_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     destination: KVLocation
@@ -198,7 +203,8 @@ class LoadRequest(_message.Message):
     held_tokens: int
     relay_wait: _duration_pb2.Duration
     write_tokens: int
-    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ..., held_tokens: _Optional[int] = ..., relay_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., write_tokens: _Optional[int] = ...) -> None: ...
+    max_kl: float
+    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ..., held_tokens: _Optional[int] = ..., relay_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., write_tokens: _Optional[int] = ..., max_kl: _Optional[float] = ...) -> None: ...
 
 class LoadProgress(_message.Message):
     __slots__ = ("chunk_loaded", "finished")
@@ -227,7 +233,7 @@ class ChunkRejected(_message.Message):
     def __init__(self, chunk: _Optional[int] = ..., tokens: _Optional[_Union[TokenRange, _Mapping]] = ..., track: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class LoadFinished(_message.Message):
-    __slots__ = ("loaded", "prefix_tokens", "compute_tokens", "stop_reason", "rejected", "prompt_id", "available_tokens", "track_bytes")
+    __slots__ = ("loaded", "prefix_tokens", "compute_tokens", "stop_reason", "rejected", "prompt_id", "available_tokens", "track_bytes", "max_kl", "expected_kl")
     class TrackBytesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +249,8 @@ class LoadFinished(_message.Message):
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TRACK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_KL_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_KL_FIELD_NUMBER: _ClassVar[int]
     loaded: _containers.RepeatedCompositeFieldContainer[TokenRange]
     prefix_tokens: int
     compute_tokens: int
@@ -251,4 +259,6 @@ class LoadFinished(_message.Message):
     prompt_id: str
     available_tokens: int
     track_bytes: _containers.ScalarMap[str, int]
-    def __init__(self, loaded: _Optional[_Iterable[_Union[TokenRange, _Mapping]]] = ..., prefix_tokens: _Optional[int] = ..., compute_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., rejected: _Optional[_Iterable[_Union[ChunkRejected, _Mapping]]] = ..., prompt_id: _Optional[str] = ..., available_tokens: _Optional[int] = ..., track_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    max_kl: float
+    expected_kl: float
+    def __init__(self, loaded: _Optional[_Iterable[_Union[TokenRange, _Mapping]]] = ..., prefix_tokens: _Optional[int] = ..., compute_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., rejected: _Optional[_Iterable[_Union[ChunkRejected, _Mapping]]] = ..., prompt_id: _Optional[str] = ..., available_tokens: _Optional[int] = ..., track_bytes: _Optional[_Mapping[str, int]] = ..., max_kl: _Optional[float] = ..., expected_kl: _Optional[float] = ...) -> None: ...

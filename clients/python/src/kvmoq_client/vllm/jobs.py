@@ -26,6 +26,8 @@ class LoadJob:
     deadline: float | None = None
     """The request's own load deadline, seconds (the connector's bounds it); None: the
     connector's."""
+    max_kl: float | None = None
+    """The request's own quality floor; None: the connector's."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,24 @@ the operator's bound, not widen it). A caller that knows how fast the engine com
 prompt gives its load no longer than computing it would take."""
 
 
+MAX_KL_PARAM = "kvmoq_max_kl"
+"""A request's `kv_transfer_params` key for a quality floor of its own (see
+`KVCacheClient.load`'s `max_kl`): it replaces the connector's `max_kl`, looser or tighter,
+as the answer it changes is the request's own."""
+
+
+def request_max_kl(params: dict[str, Any] | None) -> float | None:
+    """The quality floor a request asks for; None (the connector's) when it asks none, and
+    a malformed value is logged and ignored."""
+    bound = (params or {}).get(MAX_KL_PARAM)
+    if bound is None:
+        return None
+    if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0:
+        return float(bound)
+    log.warning("kvmoq: ignoring %s=%r: expected a KL bound > 0", MAX_KL_PARAM, bound)
+    return None
+
+
 def request_deadline(params: dict[str, Any] | None) -> float | None:
     """The load deadline a request asks for; None (the connector's) when it asks none, and
     a malformed value is logged and ignored."""
@@ -170,6 +188,7 @@ class SchedulerSide:
                 hit.tokens,
                 request_tracks(request.kv_transfer_params),
                 request_deadline(request.kv_transfer_params),
+                request_max_kl(request.kv_transfer_params),
             )
         )
 

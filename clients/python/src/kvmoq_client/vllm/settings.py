@@ -36,6 +36,10 @@ class ConnectorSettings:
     sidecar's own setting."""
     default_track: str = ""
     """The track encoded eagerly when publishing; empty: the sidecar's."""
+    max_kl: float | None = None
+    """Loads' quality floor (`KVCacheClient.load`'s `max_kl`), unless a request sets its
+    own (`kvmoq_max_kl`); None: the sidecar's `--max-kl`, by default the near-lossless
+    tracks only."""
     load_deadline: float = DEFAULT_LOAD_DEADLINE_S
     """Seconds a load may take; chunks that cannot land in time are recomputed by vLLM."""
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT_S
@@ -59,6 +63,8 @@ class ConnectorSettings:
         for name in ("load_deadline", "lookup_timeout"):
             if not float(getattr(settings, name)) > 0:
                 raise ValueError(f"kvmoq connector: {name} must be > 0 seconds")
+        if settings.max_kl is not None and not float(settings.max_kl) > 0:
+            raise ValueError("kvmoq connector: max_kl must be a KL bound > 0")
         if int(settings.staging_tokens) < 1:
             raise ValueError("kvmoq connector: staging_tokens must be >= 1")
         return settings

@@ -8,8 +8,8 @@ pipes. vLLM logs to stdout as well, so answers are the lines that start with `{"
 
 Prints {"event": "ready"} once the engine is up, then answers each line
 {"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...], "deadline": S,
-"logprobs": K}, ...]} (`tracks` and `deadline`: the kvmoq load's, optional, as the
-connector's `kvmoq_tracks` and `kvmoq_deadline`; `logprobs`: top K per generated position,
+"max_kl": KL, "logprobs": K}, ...]} (`tracks`, `deadline` and `max_kl`: the kvmoq load's,
+optional, as the connector's `kvmoq_tracks`, `kvmoq_deadline` and `kvmoq_max_kl`; `logprobs`: top K per generated position,
 -1 for the whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
 [...]}: S is the wall time of the batch, each output the greedy token ids and text, the
 log-probabilities, and the prompt tokens vLLM did not compute (`cached_tokens`: its own
@@ -85,13 +85,10 @@ def main() -> None:
 
 def _transfer_params(request: dict[str, Any]) -> dict[str, Any] | None:
     """The kvmoq `kv_transfer_params` a request line asks for, as vLLM's `extra_args`."""
-    from kvmoq_client.vllm.scheduler import DEADLINE_PARAM, TRACKS_PARAM
+    from kvmoq_client.vllm.scheduler import DEADLINE_PARAM, MAX_KL_PARAM, TRACKS_PARAM
 
-    params = {
-        key: request[field]
-        for key, field in ((TRACKS_PARAM, "tracks"), (DEADLINE_PARAM, "deadline"))
-        if request.get(field)
-    }
+    fields = ((TRACKS_PARAM, "tracks"), (DEADLINE_PARAM, "deadline"), (MAX_KL_PARAM, "max_kl"))
+    params = {key: request[field] for key, field in fields if request.get(field)}
     return {"kv_transfer_params": params} if params else None
 
 

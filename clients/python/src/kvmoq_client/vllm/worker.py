@@ -162,6 +162,7 @@ class WorkerSide:
                 tracks=job.tracks or self._settings.tracks,
                 timeout=min(job.deadline or math.inf, self._settings.load_deadline),
                 held_tokens=job.first_block * size, write_tokens=writable,
+                max_kl=job.max_kl or self._settings.max_kl,
             ).wait()  # fmt: skip
 
         finished = self._registration.call(load)
