@@ -12,13 +12,13 @@ length table (int32 per (K|V, layer, channel)) is left out, which flatters the b
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import constriction
 import numpy as np
 import torch
 
+from bench.compression import Compression
 from sidecar.kvcache.codecs.base import token_major, write_layer_major
 from sidecar.kvcache.codecs.binning import DEFAULT_LEVEL, cachegen_bins, dequantize, quantize
 from sidecar.kvcache.layout import KVLayout, iter_chunks
@@ -124,22 +124,10 @@ def cachegen_roundtrip(
     )
 
 
-@dataclass(frozen=True)
-class BaselineCompression:
-    """The shape bench/codec.py measures: per-prompt tables (none), chunk <-> byte strings.
-
-    Each chunk handed to `encode` is one CacheGen chunk with its own CDF, so call it with
-    256-token chunks to measure CacheGen's default.
-    """
-
-    name: str
-    fit: Callable[[torch.Tensor], None]
-    encode: Callable[[torch.Tensor, bytes | None], list[bytes]]
-    decode: Callable[[list[bytes], bytes | None], torch.Tensor]
-
-
-def compression(layout: KVLayout, level: int = DEFAULT_LEVEL) -> BaselineCompression:
-    return BaselineCompression(
+def compression(layout: KVLayout, level: int = DEFAULT_LEVEL) -> Compression:
+    """Each chunk handed to `encode` is one CacheGen chunk with its own CDF: call it with
+    256-token chunks to measure CacheGen's default."""
+    return Compression(
         name="cachegen",
         fit=lambda sample: None,
         encode=lambda chunk, tables: [encode_chunk(chunk, layout, level)],

@@ -20,9 +20,12 @@ wait for the whole prefill). Per compression:
   `sidecar.codec_process`), on ONE CPU thread, so figures compare across machines and do
   not depend on what else runs; the fastest of `--repeats` passes counts.
 
-The baseline measured in the same run is CacheGen as LMCache ships it
+The baselines measured in the same run: CacheGen as LMCache ships it
 (bench/cachegen_baseline.py), in its own default chunks of 256 tokens, each shipping its
-CDF tables. Each compression's goals (`GOALS`) are checked in code and written to the JSON.
+CDF tables; and TurboQuant as its PyPI package ships it (bench/turboquant_baseline.py) at 2,
+3 and 4 bits per coordinate, each track compared, as served, with the width that spends as
+many bits or more (`versus_turboquant`). Each compression's goals (`GOALS`) are checked in
+code and written to the JSON.
 """
 
 from __future__ import annotations
@@ -34,13 +37,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from bench import cachegen_baseline
+from bench import cachegen_baseline, turboquant_baseline
+from bench.compression import Compression
 from bench.harness import one_thread
 from sidecar import codec_process
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
@@ -112,34 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class Compression(Protocol):
-    """What the bench measures: per-prompt tables, then chunk -> byte strings -> chunk.
-
-    `fit` gets a sample of the prompt's KV and returns the tables shipped once per prompt
-    (None if the compression has none); `encode` and `decode` work on one chunk.
-    """
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def fit(self) -> Callable[[torch.Tensor], bytes | None]: ...
-    @property
-    def encode(self) -> Callable[[torch.Tensor, bytes | None], list[bytes]]: ...
-    @property
-    def decode(self) -> Callable[[list[bytes], bytes | None], torch.Tensor]: ...
-
-
-@dataclass(frozen=True)
-class _CodecCompression:
-    name: str
-    fit: Callable[[torch.Tensor], bytes | None]
-    encode: Callable[[torch.Tensor, bytes | None], list[bytes]]
-    decode: Callable[[list[bytes], bytes | None], torch.Tensor]
-
-
 def kvmoq_compression(name: str, layout: KVLayout) -> Compression:
     codec = get_codec(name)
-    return _CodecCompression(
+    return Compression(
         name=name,
         fit=lambda sample: codec.fit_tables(layout, sample),
         encode=lambda chunk, tables: codec.encode(chunk, layout, tables),
@@ -161,7 +140,7 @@ def ac_variant(layout: KVLayout, scale: float, rotated: bool) -> Compression:
     def turn(kv: torch.Tensor) -> torch.Tensor:
         return rotate(kv.float(), layout.head_dim).to(kv.dtype) if rotated else kv
 
-    return _CodecCompression(
+    return Compression(
         name=f"ac x{scale:g}{' rotated' if rotated else ''}",
         fit=lambda sample: fit_tables(layout, turn(sample), bins=bins).to_bytes(),
         encode=lambda chunk, tables: AC.encode(turn(chunk), layout, tables),
@@ -424,6 +403,32 @@ def floor_figures(rows: Sequence[tuple[str, Figures]]) -> dict[str, Any]:
     return {"tracks": tracks, "holds": all(entry["holds"] for entry in tracks.values())}
 
 
+def versus_turboquant(
+    rows: Sequence[tuple[str, Figures]], turboquant: dict[int, Figures]
+) -> dict[str, Any]:
+    """Each kvmoq track against the TurboQuant width that spends as many bits or more (the
+    nearest such), as served: the goal is a KL at or below TurboQuant's (issue "Loads that
+    keep the answer on slow links"). Tracks wider than every TurboQuant width are not
+    compared."""
+    widths = sorted(turboquant.items(), key=lambda item: item[1].bits_per_element)
+    compared = {}
+    for name, figures in rows:
+        wider = [(b, f) for b, f in widths if f.bits_per_element >= figures.bits_per_element]
+        if not wider or figures.served_kl is None:
+            continue
+        bits, baseline = wider[0]
+        assert baseline.served_kl is not None  # every baseline is measured as served
+        compared[name] = {
+            "turboquant_bits": bits,
+            "bits_per_element": figures.bits_per_element,
+            "turboquant_bits_per_element": baseline.bits_per_element,
+            "served_kl": figures.served_kl,
+            "turboquant_served_kl": baseline.served_kl,
+            "met": figures.served_kl <= baseline.served_kl,
+        }
+    return {"tracks": compared, "met": all(entry["met"] for entry in compared.values())}
+
+
 def places(args: argparse.Namespace) -> tuple[Place, ...]:
     """`quality.PLACES`, or the one place that --context and --score name."""
     if args.context is None:
@@ -470,6 +475,11 @@ def run(args: argparse.Namespace) -> int:
     console.log("measuring the CacheGen baseline")
     cachegen = cachegen_baseline.compression(layout)
     baseline = measure(cachegen, kv, layout, cachegen_baseline.CHUNK_TOKENS, args)
+    turboquant = {}
+    for bits in turboquant_baseline.BITS:
+        console.log(f"measuring the TurboQuant baseline at {bits} bits")
+        compression = turboquant_baseline.compression(layout, bits)
+        turboquant[bits] = measure(compression, kv, layout, args.chunk, args)
     goals = {name: GOALS[name].check(figures) for name, figures in rows}
     curve: dict[str, dict[str, Any]] = {}
     for scale in args.rd or ():
@@ -491,7 +501,8 @@ def run(args: argparse.Namespace) -> int:
         f"{args.chunk}-token chunks, 1 thread"
     )
     baseline_name = f"CacheGen baseline ({cachegen_baseline.CHUNK_TOKENS}-token chunks)"
-    everything = [*rows, (baseline_name, baseline)]
+    turboquant_rows = [(f"TurboQuant {bits}-bit", f) for bits, f in turboquant.items()]
+    everything = [*rows, (baseline_name, baseline), *turboquant_rows]
     console.print(render(everything, goals, title))
     console.print(render_quality(everything))
     console.print(render_quality(everything, served=True))
@@ -516,6 +527,8 @@ def run(args: argparse.Namespace) -> int:
         },
         "codecs": {name: asdict(figures) for name, figures in rows},
         "baseline_cachegen": asdict(baseline),
+        "baseline_turboquant": {str(bits): asdict(f) for bits, f in turboquant.items()},
+        "versus_turboquant": versus_turboquant(rows, turboquant),
         "goals": {name: asdict(GOALS[name]) for name, _ in rows},
         "goals_met": goals,
         "rate_distortion": curve,
@@ -583,11 +596,16 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     the table states, at a glance (both axes logarithmic)."""
     from sidecar.demo.plot import png
 
-    points = {**result["codecs"], "CacheGen baseline": result["baseline_cachegen"]}
+    turboquant = result.get("baseline_turboquant", {})
+    points = {
+        **result["codecs"],
+        "CacheGen baseline": result["baseline_cachegen"],
+        **{f"TurboQuant {bits}-bit": figures for bits, figures in turboquant.items()},
+    }
     with png(path, (6.5, 4.2), dpi=110) as axes:
         for index, (name, figures) in enumerate(points.items()):
             kl = max(figures["kl"], 1e-9)
-            color = "black" if "Cache" in name else None
+            color = "black" if name.startswith(("CacheGen", "TurboQuant")) else None
             axes.scatter(figures["bits_per_element"], kl, color=color)
             # Alternate labels above and below: fp4 and int4 land on the same point.
             offset = (5, 4) if index % 2 == 0 else (5, -11)

@@ -301,6 +301,7 @@ def _figures(
         "ratio_vs_fp16": fp16_bytes / run.wire_bytes if run.wire_bytes else None,
         "loaded_tokens": run.loaded_tokens,
         "kl": run.kl,
+        "expected_kl": run.expected_kl,
         "top1": run.top1,
         "same_text": run.same_text(reference),
         "tracks_used": run.tracks_used,
@@ -331,6 +332,7 @@ def _report(
         "tokens": job.tokens,
         "recompute_s": reference.seconds,
         "deadline_s": deadline,
+        "max_kl": job.max_kl,
         **{key: {label: row[key] for label, row in figures.items()} for key in _PER_TRACK},
         "speedup_vs_recompute": speedup,
         "best_track": best,
@@ -354,6 +356,7 @@ _PER_TRACK = (
     "ratio_vs_fp16",
     "loaded_tokens",
     "kl",
+    "expected_kl",
     "top1",
     "same_text",
     "tracks_used",
@@ -387,6 +390,14 @@ def _show(console: Console, report: dict[str, Any]) -> None:
         )
     if report["links_skipped"]:
         console.print(f"Link limits skipped: {report['links_skipped']}.")
+    adaptive = [
+        report["expected_kl"]["adaptive"],
+        *(r["expected_kl"] for r in report["links"].values()),
+    ]
+    console.print(
+        f"Adaptive loads keep max_kl {report['max_kl']:g}; the figures of their tracks say KL "
+        f"<= {max(adaptive):.2g} (the KL column is the measured one)."
+    )
     best, speedup = report["best_track"], report["speedup_vs_recompute"]
     verdict = "met" if report["goal"]["met"] else "NOT met"
     achieved = f"best {best}: {speedup:.1f}x" if best else "no load reached that KL"

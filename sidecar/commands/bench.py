@@ -28,7 +28,7 @@ class Benchmark:
 BENCHMARKS: dict[str, Benchmark] = {
     "codec": Benchmark(
         "bench.codec",
-        "KV codecs on SmolLM2 KV: bits, ppl/KL/top-1, 1-thread MB/s, against CacheGen",
+        "KV codecs on SmolLM2 KV: bits, ppl/KL/top-1, 1-thread MB/s, against CacheGen and TurboQuant",
     ),
     "transport": Benchmark(
         "bench.transport",

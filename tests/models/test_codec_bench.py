@@ -71,3 +71,20 @@ def test_each_track_is_measured_as_served_and_checked_against_the_floor_table(
     assert floor["tracks"]["int4"]["table"] == asdict(MEASURED["int4"])
     assert floor["tracks"]["int4"]["served"] == int4["served_kl"]
     assert floor["holds"] == all(entry["holds"] for entry in floor["tracks"].values())
+
+
+def test_turboquant_is_measured_at_each_width_and_compared_as_served(
+    result: dict[str, Any],
+) -> None:
+    """TurboQuant's payloads are b bits per coordinate and a float32 norm per head vector of
+    64: b + 0.5 bits per element; each track meets the width that spends at least as much."""
+    turboquant = result["baseline_turboquant"]
+    assert set(turboquant) == {"2", "3", "4"}
+    for bits, figures in turboquant.items():
+        assert figures["bits_per_element"] == pytest.approx(int(bits) + 0.5, abs=1e-3)
+        assert figures["served_kl"] < figures["kl"]
+    assert turboquant["2"]["kl"] > turboquant["3"]["kl"] > turboquant["4"]["kl"]
+    int4 = result["versus_turboquant"]["tracks"]["int4"]
+    assert int4["turboquant_bits"] == 4
+    assert int4["met"] == (int4["served_kl"] <= turboquant["4"]["served_kl"])
+    assert "fp16" not in result["versus_turboquant"]["tracks"]  # wider than every width

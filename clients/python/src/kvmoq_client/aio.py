@@ -139,15 +139,9 @@ class AsyncKVCacheClient:
     ) -> AsyncLoad:
         """Start loading the longest available prefix into `destination` (see `KVCacheClient.load`)."""
         request = load_request(
-            buffer_set_id,
-            token_ids,
-            destination,
-            tracks,
-            held_tokens,
-            relay_wait,
-            write_tokens,
+            buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,
             max_kl,
-        )
+        )  # fmt: skip
         call = self._stub.Load(
             request,
             timeout=self._timeout if timeout is None else timeout,

@@ -158,15 +158,9 @@ class KVCacheClient(ClosesOnExit):
         and the loaded KV's expected KL.
         """
         request = load_request(
-            buffer_set_id,
-            token_ids,
-            destination,
-            tracks,
-            held_tokens,
-            relay_wait,
-            write_tokens,
+            buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,
             max_kl,
-        )
+        )  # fmt: skip
         call = self._stub.Load(
             request,
             timeout=self._timeout if timeout is None else timeout,
