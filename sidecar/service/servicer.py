@@ -164,12 +164,9 @@ def _relay_wait(request: pb.LoadRequest) -> float | None:
 
 
 def _max_kl(request: pb.LoadRequest | pb.LookupRequest) -> float | None:
-    """The request's quality floor; None (0 on the wire): the sidecar's."""
-    if request.max_kl == 0:
-        return None
-    if not request.max_kl > 0:
-        raise InvalidArgument(f"max_kl is {request.max_kl}: a KL bound is > 0 (inf: none)")
-    return request.max_kl
+    """The request's quality floor; None (0 on the wire): the sidecar's. The service refuses
+    a bound that is no bound (`TrackChoice`)."""
+    return None if request.max_kl == 0 else request.max_kl
 
 
 @asynccontextmanager

@@ -359,8 +359,8 @@ class KVSubscriber:
 
         `destination` is a tensor `[layers, 2, >= tokens, kv_heads, head_dim]` (written at
         the tokens' positions, cast to its dtype) or a callback. `choice` names the tracks the
-        deadline rule may choose, best first, and the KL bound that narrows them per chunk. `share` loads only that part of the
-        available chunks (`transfer.parallel` spreads one load over several sessions); the
+        deadline rule may choose, best first, and the KL bound that narrows them per chunk.
+        `share` loads only that part of the available chunks (`transfer.parallel` spreads one load over several sessions); the
         result still reports what the prompt covers, and the destination must hold it all.
         Chunks before `first_chunk` are taken as in place already (a load resumed on a new
         session after the last one was lost). `on_loaded` hears of each chunk as it is
@@ -615,8 +615,7 @@ class _Load:
 
     def _begin(self, catalog: Catalog, index: int) -> _Transfer | StopReason:
         """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule)."""
-        recent = index == self.source.chunks - 1
-        if self.choice.refuses(catalog.chunk_bytes(index), recent):
+        if self.choice.refuses(catalog.chunk_bytes(index), self._recent(index)):
             return StopReason.QUALITY_FLOOR
         tracks = self._tracks(index)
         track = choose_track(
@@ -640,8 +639,12 @@ class _Load:
         """The tracks chunk `index` may take, best first: those the load's choice admits at
         its place (the source's last chunk is its most recent), less those it failed on."""
         failed = self.failed.get(index, set())
-        admitted = self.choice.admitted(recent=index == self.source.chunks - 1)
-        return [t for t in admitted if t not in failed]
+        return [t for t in self.choice.admitted(self._recent(index)) if t not in failed]
+
+    def _recent(self, index: int) -> bool:
+        """Whether chunk `index` is the load's most recent: the source's last (the tokens a
+        server generates first attend hardest to it; `track_quality`)."""
+        return index == self.source.chunks - 1
 
     def _remeasure(self, catalog: Catalog, index: int, tracks: Sequence[str]) -> None:
         """The estimate refused this load its first chunk: fetch that chunk anyway, for no
@@ -679,8 +682,7 @@ class _Load:
             self.destination(span, kv)
         size = catalog.chunk_bytes(index)[track]
         seconds = self.clock() - transfer.started
-        recent = index == self.source.chunks - 1
-        chunk = LoadedChunk(index, span, track, size, seconds, chunk_kl(track, recent))
+        chunk = LoadedChunk(index, span, track, size, seconds, chunk_kl(track, self._recent(index)))
         self.loaded.append(chunk)
         if self.on_loaded is not None:
             self.on_loaded(chunk)

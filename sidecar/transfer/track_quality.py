@@ -14,9 +14,10 @@ is within it, and where none of those lands in time the load leaves the chunk, a
 it, to compute. The default admits only near-lossless tracks, so nobody's model output moves
 to a 4-bit or `ac` chunk without asking for it.
 
-The figures are SmolLM2-135M's (`MEASURED_ON`), the one model the codec bench measures here;
-the rotation and per-token scales make the error per element independent of the model's
-scale, but not its effect on another model's answer, which a bench on that model measures.
+The figures are SmolLM2-135M's (30 layers, 3 KV heads, head dim 64), the one model the codec
+bench measures here, and every model's loads plan by them: the rotation and per-token scales
+make the error per element independent of a model's scale, but not its effect on another
+model's answer, which only a bench on that model measures.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ class TrackQuality:
     """Worst KL with every chunk but the most recent on the track and that one on int8, or the
     track alone where that is lower (a track better than int8)."""
 
-
-MEASURED_ON = "SmolLM2-135M (30 layers, 3 KV heads, head dim 64)"
 
 MEASURED: dict[str, TrackQuality] = {
     "fp16": TrackQuality(alone=2.5e-07, served=2.5e-07),
