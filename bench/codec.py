@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,13 +39,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from rich.console import Console
 from rich.table import Table
 
 from bench import cachegen_baseline, turboquant_baseline
 from bench.compression import Compression
 from bench.harness import one_thread
-from sidecar import codec_process
+from sidecar import codec_process, terminal
 from sidecar.kvcache.codecs import CODEC_NAMES, get_codec
 from sidecar.kvcache.codecs.ac import AC
 from sidecar.kvcache.codecs.ac_tables import fit_tables
@@ -466,8 +464,7 @@ def run(args: argparse.Namespace) -> int:
     layout = KVLayout(num_layers, num_kv_heads, head_dim, CACHE_DTYPE)
     kv = prompt.kv.to(layout.torch_dtype)
 
-    # A pipe gets a wide table rather than rich's 80-column default.
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = terminal.console()
     rows: list[tuple[str, Figures]] = []
     for name in args.codecs:
         console.log(f"measuring {name}")

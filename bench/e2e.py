@@ -32,8 +32,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import harness, linked, netns
+from bench import linked, netns
 from bench.linked import Job
+from sidecar import terminal
 from sidecar.transfer.track_quality import TrackChoice
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def _bench(job: Job) -> int:
     from sidecar.moqt.aio.quic_backend import QuicSettings
     from sidecar.moqt.aio.tls import write_certificate
 
-    console = harness.console()
+    console = terminal.console()
     try:
         with Children() as children, tempfile.TemporaryDirectory(prefix="kvmoq-e2e-") as tmp:
             cert = write_certificate(Path(tmp))

@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from bench.harness import Report, conclude, console, measured, one_thread
+from bench.harness import Report, conclude, measured, one_thread
+from sidecar.terminal import console
 
 BLOCK_SIZE = 16
 """vLLM's block size on a GPU."""

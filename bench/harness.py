@@ -15,14 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from sidecar.demo.children import Children
     from sidecar.moqt.aio.tls import CertificatePaths
 
 Report = dict[str, Any]
-LOG_WIDTH = 150
-"""Columns when printing to a file or pipe, where rich would assume 80 and wrap the table."""
 
 
 def add_datagram_size(parser: argparse.ArgumentParser) -> None:
@@ -105,16 +101,6 @@ def conclude(
     show(report)
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
-
-
-def console() -> Console:
-    """A rich console for a benchmark's log and table, wide enough in a log file too."""
-    from rich.console import Console
-
-    out = Console()
-    if not out.is_terminal:
-        out.width = max(out.width, LOG_WIDTH)
-    return out
 
 
 @contextmanager

@@ -16,7 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.harness import conclude, console, cpu_name
+from bench.harness import conclude, cpu_name
+from sidecar.terminal import console
 
 WORKER = Path(__file__).with_name("layout_worker.py")
 GEOMETRIES = {

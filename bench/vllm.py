@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import harness, linked, netns
 from bench.linked import Job
+from sidecar import terminal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _bench(job: Job) -> int:
     """The benchmark proper, in this process's network namespace (the host's or ours)."""
-    console = harness.console()
+    console = terminal.console()
 
     async def measure(children: Children, cert: CertificatePaths) -> harness.Report:
         return _measure(job, children, cert, console)

@@ -99,11 +99,10 @@ def _check_args(args: argparse.Namespace) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     tracks = _check_args(args)
-    from rich.console import Console
-
     from sidecar.demo.children import ChildFailed
+    from sidecar.terminal import console as wide_console
 
-    console = Console(stderr=False)
+    console = wide_console()
     try:
         return _run(args, tracks, console)
     except ChildFailed as failure:
