@@ -4,9 +4,11 @@ certificate, on the sidecar's Python (3.11: aioquic or qh3) and on the relay's o
 aiopquic), then on each QUIC stack.
 
 Every case aiomoqt runs at draft 14 must pass; the ones it skips are the later drafts'. A relay
-on qh3 fails picoquic clients' handshakes (aiomoqt's QUIC stack is picoquic), which is why
-the relay's default leaves qh3 last (`quic_backend.RELAY_PREFERENCE`): that case is marked,
-and turns into a failure the day a qh3 release fixes it.
+on qh3 often fails picoquic clients' handshakes (aiomoqt's QUIC stack is picoquic: "packet
+builder capacity exhausted" in qh3 2.1's transmit, sessions set up in 4.4 s), which is why the
+relay's default leaves qh3 last (`quic_backend.RELAY_PREFERENCE`; docs/reliability.md). It is
+not tested here: it fails only some of the time, so no assertion on it can be both true today
+and fail the day a qh3 release fixes it.
 """
 
 from __future__ import annotations
@@ -99,17 +101,3 @@ def test_a_relay_on_aioquic_passes_aiomoqts_suite() -> None:
 def test_a_relay_on_aiopquic_passes_aiomoqts_suite() -> None:
     with kvmoq_relay(RELAY_PYTHON, "--backend", "aiopquic") as url:
         assert_every_case_passes(interop_suite(url))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="qh3 2.1 fails picoquic clients' handshakes: 'packet builder capacity exhausted'",
-)
-def test_a_relay_on_qh3_sets_up_aiomoqt_sessions_at_once() -> None:
-    with kvmoq_relay(sys.executable, "--backend", "qh3") as url:
-        argv = [str(AIOMOQT_PYTHON), "-m", "aiomoqt.tools.moq_interop_client", "-r", url,
-                "--draft", str(DRAFT), "--tls-disable-verify", "--test=setup-only"]  # fmt: skip
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=SUITE_S)
-    took = re.search(r"duration_ms: (\d+)", result.stdout)
-    assert took is not None, result.stdout[-2000:]
-    assert int(took[1]) < 1000  # 100 ms on aioquic; 4.4 s on qh3 2.1
