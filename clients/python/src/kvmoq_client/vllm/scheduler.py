@@ -47,30 +47,32 @@ as the answer it changes is the request's own."""
 
 def request_max_kl(params: dict[str, Any] | None) -> float | None:
     """The quality floor a request asks for; None (the connector's) when it asks none, and
-    a malformed value is logged and ignored."""
-    bound = (params or {}).get(MAX_KL_PARAM)
-    if bound is None:
-        return None
-    if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0:
-        return float(bound)
-    log.warning("kvmoq: ignoring %s=%r: expected a KL bound > 0", MAX_KL_PARAM, bound)
-    return None
+    a malformed value is logged and ignored. Infinity is a floor too: none."""
+    return _positive_number(params, MAX_KL_PARAM, "a KL bound > 0", finite=False)
 
 
 def request_deadline(params: dict[str, Any] | None) -> float | None:
     """The load deadline a request asks for; None (the connector's) when it asks none, and
     a malformed value is logged and ignored."""
-    deadline = (params or {}).get(DEADLINE_PARAM)
-    if deadline is None:
+    return _positive_number(params, DEADLINE_PARAM, "seconds > 0", finite=True)
+
+
+def _positive_number(
+    params: dict[str, Any] | None, key: str, expected: str, *, finite: bool
+) -> float | None:
+    """`params[key]` when it is a number > 0 (and finite, if asked); None when absent or,
+    logged, when malformed."""
+    value = (params or {}).get(key)
+    if value is None:
         return None
     if (
-        isinstance(deadline, int | float)
-        and not isinstance(deadline, bool)
-        and math.isfinite(deadline)
-        and deadline > 0
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value > 0
+        and (math.isfinite(value) or not finite)
     ):
-        return float(deadline)
-    log.warning("kvmoq: ignoring %s=%r: expected seconds > 0", DEADLINE_PARAM, deadline)
+        return float(value)
+    log.warning("kvmoq: ignoring %s=%r: expected %s", key, value, expected)
     return None
 
 

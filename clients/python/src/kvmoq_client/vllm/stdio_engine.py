@@ -9,8 +9,8 @@ pipes. vLLM logs to stdout as well, so answers are the lines that start with `{"
 Prints {"event": "ready"} once the engine is up, then answers each line
 {"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...], "deadline": S,
 "max_kl": KL, "logprobs": K}, ...]} (`tracks`, `deadline` and `max_kl`: the kvmoq load's,
-optional, as the connector's `kvmoq_tracks`, `kvmoq_deadline` and `kvmoq_max_kl`; `logprobs`: top K per generated position,
--1 for the whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
+optional, as the connector's `kvmoq_tracks`, `kvmoq_deadline` and `kvmoq_max_kl`;
+`logprobs`: top K per generated position, -1 for the whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
 [...]}: S is the wall time of the batch, each output the greedy token ids and text, the
 log-probabilities, and the prompt tokens vLLM did not compute (`cached_tokens`: its own
 prefix cache and the connector's loads). The engine stops at the end of stdin.
