@@ -57,9 +57,6 @@ from sidecar.models.quality import PLACES, Place, Quality, evaluate_at, referenc
 from sidecar.transfer import track_quality
 
 CACHE_DTYPE = "float16"
-SERVED_RECENT_TRACK = "int8"
-"""The most recent chunk's track in the figures as served: the better of the 8-bit tracks,
-the smallest that any floor of 1e-3 or looser admits there."""
 
 _T = TypeVar("_T")
 
@@ -248,8 +245,9 @@ def decode_chunks(
 class RoundTrip:
     """A context's KV through one compression as a decode server would load it: cast to the
     cache's dtype, the tables fitted on its first `fit_tokens`, encoded and decoded chunk by
-    chunk; `served`: the most recent chunk through `SERVED_RECENT_TRACK` instead, as a load
-    under a quality floor takes it. `shipped` counts the bytes of the last call."""
+    chunk; `served`: the most recent chunk through `track_quality.SERVED_RECENT_TRACK`
+    instead, as a load under a quality floor takes it. `shipped` counts the bytes of the last
+    call."""
 
     compression: Compression
     layout: KVLayout
@@ -266,7 +264,7 @@ class RoundTrip:
         decoded = torch.empty_like(context)
         decode_chunks(self.compression, encoded, tables, decoded)
         if self.served:
-            recent = kvmoq_compression(SERVED_RECENT_TRACK, self.layout)
+            recent = kvmoq_compression(track_quality.SERVED_RECENT_TRACK, self.layout)
             start = (context.shape[2] - 1) // self.chunk * self.chunk
             payloads = recent.encode(context[:, :, start:], None)
             decoded[:, :, start:] = recent.decode(payloads, None)

@@ -36,6 +36,10 @@ class TrackQuality:
     track alone where that is lower (a track better than int8)."""
 
 
+SERVED_RECENT_TRACK = "int8"
+"""The most recent chunk's track in the figures as served (`kvmoq bench codec` measures them
+so): the better of the 8-bit tracks, the smallest any floor of 1e-3 or looser admits there."""
+
 MEASURED: dict[str, TrackQuality] = {
     "fp16": TrackQuality(alone=2.5e-07, served=2.5e-07),
     "bf16": TrackQuality(alone=2.41e-05, served=2.41e-05),
