@@ -22,10 +22,9 @@ import torch
 from sidecar.log import get_logger
 from sidecar.models.corpus import text_token_ids
 from sidecar.models.kv import extract_kv
-from sidecar.models.smollm2 import MODEL_NAME, gguf_path, load_model
+from sidecar.models.smollm2 import MODEL_NAME, cache_dir, load_model, model_fingerprint
 
 FORMAT = "kvmoq-kv-cache/1"
-_FINGERPRINT_BYTES = 1 << 20
 
 log = get_logger(__name__)
 
@@ -43,20 +42,6 @@ class PromptKV:
     last_logits: torch.Tensor
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("KVMOQ_CACHE_DIR") or Path.home() / ".cache" / "kvmoq")
-
-
-def _model_fingerprint(path: Path) -> str:
-    # Size plus the first and last MiB: cheap, and unlike mtime it survives a reinstall.
-    digest = hashlib.sha256(str(path.stat().st_size).encode())
-    with path.open("rb") as f:
-        digest.update(f.read(_FINGERPRINT_BYTES))
-        f.seek(-min(_FINGERPRINT_BYTES, path.stat().st_size), os.SEEK_END)
-        digest.update(f.read(_FINGERPRINT_BYTES))
-    return digest.hexdigest()
-
-
 def _ids_tensor(token_ids: Sequence[int]) -> torch.Tensor:
     return torch.tensor(list(token_ids), dtype=torch.int64)
 
@@ -66,7 +51,7 @@ def cache_path(token_ids: Sequence[int]) -> Path:
     key = hashlib.sha256()
     for part in (
         FORMAT,
-        _model_fingerprint(gguf_path()),
+        model_fingerprint(),
         torch.__version__,
         importlib.metadata.version("transformers"),
     ):

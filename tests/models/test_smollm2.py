@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
-from sidecar.models.smollm2 import gguf_path, load_model, load_tokenizer
+from sidecar.models.smollm2 import converted_path, gguf_path, load_model, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,3 +52,40 @@ def test_model_predicts_real_text(smollm2: PreTrainedModel) -> None:
     with torch.inference_mode():
         logits = smollm2(torch.tensor([ids["input_ids"]])).logits[0, -1]
     assert tokenizer.decode(int(logits.argmax())).strip() == "dog"
+
+
+WEIGHTS_DIGEST = (
+    "import hashlib, sys\n"
+    "from sidecar.models.smollm2 import load_model\n"
+    "digest = hashlib.sha256()\n"
+    "for name, tensor in sorted(load_model().state_dict().items()):\n"
+    "    digest.update(name.encode() + tensor.contiguous().view(-1).view(dtype=__import__('torch').uint8).numpy().tobytes())\n"
+    "print(digest.hexdigest(), load_model().name_or_path)\n"
+)
+
+
+def _weights_digest(cache: Path) -> tuple[str, str]:
+    result = subprocess.run(
+        [sys.executable, "-c", WEIGHTS_DIGEST], cwd=REPO, capture_output=True, text=True,
+        timeout=300, env={**os.environ, "KVMOQ_CACHE_DIR": str(cache)}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    digest, source = result.stdout.splitlines()[-1].split()
+    return digest, source
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_the_converted_directory_holds_the_gguf_files_weights_bit_for_bit(tmp_path: Path) -> None:
+    """Loads read the fp32 directory converted once per machine; where the cache cannot be
+    written they read the GGUF file, and both give the same weights."""
+    converted = converted_path()
+    load_model()  # this process's model: from the converted directory, made if missing
+    assert (converted / "model.safetensors").is_file() and (converted / "tokenizer.json").is_file()
+    not_a_directory = tmp_path / "a-file"  # unwritable even for root
+    not_a_directory.write_text("")
+    from_gguf, source = _weights_digest(not_a_directory / "cache")
+    assert source == str(gguf_path().parent)
+    from_directory, source = _weights_digest(converted.parent)
+    assert source == str(converted)
+    assert from_gguf == from_directory
