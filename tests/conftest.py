@@ -12,6 +12,7 @@ longer, or another `relay`, defines its own fixture of that name.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -34,7 +35,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 PHASE = os.environ.get("KVMOQ_TEST_PHASE")
 """Set by scripts/test.sh: `shared` runs all but the `timing` tests (on several workers),
-`timing` only those (alone, so no other test takes their CPU); unset, everything runs."""
+`timing` only those (in one process beside the others, which run niced, so what these
+start gets the CPU when it asks); unset, everything runs."""
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One torch thread per worker: with several workers on two cores, torch's default of
@@ -46,6 +48,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding is under way
+    raise KeyboardInterrupt
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM unwinds pytest as Ctrl-C does, so the fixtures' teardowns stop the relays,
+    sidecars and engines the tests started (scripts/test.sh stops its timing part so when
+    the run is interrupted)."""
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
