@@ -57,9 +57,12 @@ def _interrupted(signum: int, frame: object) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM unwinds pytest as Ctrl-C does, so the fixtures' teardowns stop the relays,
-    sidecars and engines the tests started (scripts/test.sh stops its timing part so when
-    the run is interrupted)."""
+    sidecars and engines the tests started (scripts/test.sh stops its parts so when the run
+    is interrupted). Ctrl-C is Python's again: scripts/test.sh runs pytest in the background,
+    where a shell starts commands with SIGINT ignored, and every process a test starts would
+    inherit that (the demo's Ctrl-C tests would find it deaf)."""
     signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
