@@ -286,7 +286,7 @@ async def _serve(
 ) -> None:
     from sidecar import log
     from sidecar.moqt.relay.auth import read_token
-    from sidecar.moqt.relay.core import RelayLimits
+    from sidecar.moqt.relay.records import RelayLimits
     from sidecar.moqt.relay.server import start_relay
 
     host, port = args.listen

@@ -22,7 +22,7 @@ from sidecar.moqt.protocol.errors import (
     UsageError,
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
-from sidecar.moqt.relay.core import RelayLimits
+from sidecar.moqt.relay.records import RelayLimits
 from tests.moqt.test_relay_harness import STACKS
 
 HOST = "127.0.0.1"

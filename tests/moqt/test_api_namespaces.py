@@ -63,7 +63,7 @@ def test_a_refused_namespace_subscription_raises_and_leaves_the_others(
             api.connect(relay.url, settings_for(cert)) as publisher,
             api.connect(relay.url, settings_for(cert)) as follower,
         ):
-            # The relay lets one peer follow 64 prefixes (relay.core.RelayLimits).
+            # The relay lets one peer follow 64 prefixes (relay.records.RelayLimits).
             followed = [await follower.subscribe_namespace((*PREFIX, b"%d" % i)) for i in range(64)]
             with pytest.raises(api.RequestRefused, match="64 prefixes"):
                 await follower.subscribe_namespace(PREFIX)

@@ -52,8 +52,9 @@ from sidecar.moqt.protocol.model import (
     has_prefix,
 )
 from sidecar.moqt.protocol.session import MoqtSession
-from sidecar.moqt.relay.core import Relay, RelayLimits, Track
+from sidecar.moqt.relay.core import Relay
 from sidecar.moqt.relay.link import ConnectionLink
+from sidecar.moqt.relay.records import RelayLimits, Track
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -40,9 +40,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum, auto
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from ..protocol import events as ev
 from ..protocol.errors import (
@@ -51,7 +49,6 @@ from ..protocol.errors import (
     PublishErrorCode,
     PublishNamespaceErrorCode,
     SessionErrorCode,
-    StreamResetCode,
     SubscribeErrorCode,
     SubscribeNamespaceErrorCode,
     UsageError,
@@ -72,236 +69,36 @@ from ..protocol.model import (
     FullTrackName,
     GroupOrder,
     Location,
-    ObjectStatus,
     TrackObject,
     has_prefix,
 )
-from ..protocol.quirks import PeerQuirks
 from ..protocol.session import MoqtSession
 from ..protocol.windows import (
-    START,
     after,
     end_object,
     joining_range,
     standalone_range,
-    subscription_window,
     whole_groups,
 )
 from .auth import AuthError, Authorizer, Grant
 from .cache import RelayCache
-from .outbox import (
-    Done,
-    EndStream,
-    FetchEnd,
-    FetchReplay,
-    FetchSend,
-    Item,
-    Outbox,
-    Replay,
-    Send,
+from .outbox import EndStream, FetchEnd, FetchReplay, FetchSend
+from .records import (
+    LOCAL_STREAM,
+    DownstreamFetch,
+    Offer,
+    Peer,
+    PeerLink,
+    RelayCounters,
+    RelayLimits,
+    Track,
+    Upstream,
+    UpstreamState,
 )
 from .routing import Namespace, NamespaceTable, RoutingLimitExceeded
+from .serving import Serving
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RelayLimits:
-    """Bounds on what peers can make the relay hold."""
-
-    cache_bytes: int = 1 << 30
-    # Bytes of live objects waiting for one slow downstream connection.
-    max_queued_bytes: int = 64 << 20
-    max_tracks: int = 10_000
-    max_subscribers_per_track: int = 1_000
-    max_namespaces: int = 10_000
-    max_prefixes_per_peer: int = 64
-    # Seconds the cache keeps serving a track that nobody can send any more (its publisher
-    # withdrew it or left, and there is no upstream relay): None, until evicted.
-    retention: float | None = None
-
-
-@dataclass(slots=True)
-class RelayCounters:
-    """What the relay has done since it started, for /metrics and the benchmarks: requests
-    taken from peers and sent on to publishers (or the upstream relay), object bytes in and
-    out (payloads, every delivery counted)."""
-
-    subscribes_received: int = 0
-    subscribes_sent: int = 0
-    fetches_received: int = 0
-    fetches_sent: int = 0
-    object_bytes_received: int = 0
-    object_bytes_sent: int = 0
-    upstream_sessions: int = 0
-    tracks_expired: int = 0
-
-
-class PeerLink(Protocol):
-    """What the relay needs of one peer's connection."""
-
-    def backlogged(self) -> bool: ...
-    def closing(self) -> bool:
-        """The connection is closing: nothing more can be written (qh3 raises on writes,
-        aioquic drops them), though the session has not reported it closed yet."""
-
-    def transmit(self) -> None: ...
-    def wake_when_drained(self) -> None:
-        """Call ``Relay.resume(peer)`` once the backlog is under its limit."""
-
-
-@dataclass(eq=False)
-class _Stream:
-    """One downstream subgroup stream: objects on it must have increasing ids."""
-
-    stream_id: int
-    last_object: int = -1
-    stopped: bool = False
-
-
-@dataclass(eq=False)
-class Downstream:
-    """A SUBSCRIBE the relay accepted: what it covers and its open streams."""
-
-    peer: Peer
-    request_id: int
-    track: Track
-    start: Location
-    end_group: int | None
-    forward: bool
-    live: bool = True  # False while a replay of cached groups is catching up
-    behind: bool = False  # it fell behind the live edge: it must not miss a group
-    ending: bool = False
-    streams: dict[tuple[int, int], _Stream] = field(default_factory=dict)
-    # Subgroups finished while catching up, so the replay does not send them again.
-    finished: set[tuple[int, int]] = field(default_factory=set)
-    # It starts mid-group and its peer needs that group ended (quirks.closes_joined_groups).
-    joined_open: bool = False
-
-    def wants(self, location: Location) -> bool:
-        return (
-            self.forward
-            and not self.ending
-            and location >= self.start
-            and (self.end_group is None or location.group <= self.end_group)
-        )
-
-
-@dataclass(eq=False)
-class DownstreamFetch:
-    """A FETCH the relay accepted. One forwarded upstream is answered when upstream answers,
-    but upstream's objects travel on their own stream and may come first: until FETCH_OK
-    has gone down they wait in ``early`` (None once it has)."""
-
-    peer: Peer
-    request_id: int
-    track: FullTrackName
-    start: Location
-    end: Location
-    descending: bool
-    stream_id: int | None = None
-    early: list[FetchSend | FetchEnd] | None = None
-    early_bytes: int = 0
-    # FETCHes of the same range that came while this one was upstream (decoders below an
-    # edge ask for a chunk at once): served from the cache this one fills, once it is whole.
-    followers: list[DownstreamFetch] = field(default_factory=list)
-
-    @property
-    def range(self) -> tuple[FullTrackName, Location, Location]:
-        """What a second FETCH must ask for to follow this one."""
-        return self.track, self.start, self.end
-
-
-class UpstreamState(Enum):
-    SUBSCRIBING = auto()  # our SUBSCRIBE is on its way: subscribers wait for SUBSCRIBE_OK
-    LIVE = auto()  # objects flow
-    ENDING = auto()  # PUBLISH_DONE came or the publisher left: over once its streams end
-    LOST = auto()  # the upstream relay left: subscribers wait for it (Relay.attach_upstream)
-
-
-LOCAL_STREAM = -1
-"""The key of a local track's open group among ``Track.live_streams`` (QUIC stream ids are
-never negative): this process writes one group at a time."""
-
-
-@dataclass(eq=False)
-class Upstream:
-    """Where a track's objects come from: a SUBSCRIBE the relay sent, a PUBLISH, or (``peer``
-    None) this process (``Relay.open_local``)."""
-
-    peer: Peer | None
-    request_id: int
-    state: UpstreamState
-    pushed: bool = False  # the publisher sent PUBLISH: it keeps the track until it ends it
-    # What subscribers are told when it is over (PUBLISH_DONE's status and reason).
-    done: tuple[int, str] = (PublishDoneStatus.TRACK_ENDED, "")
-
-    def end(self, status: int, reason: str) -> None:
-        if self.state is not UpstreamState.ENDING:
-            self.state, self.done = UpstreamState.ENDING, (status, reason)
-
-
-@dataclass(eq=False)
-class Track:
-    """A track the relay carries: its upstream (if any) and its downstream subscriptions."""
-
-    name: FullTrackName
-    upstream: Upstream | None = None
-    largest: Location | None = None
-    group_order: GroupOrder = GroupOrder.ASCENDING
-    subscribers: list[Downstream] = field(default_factory=list)
-    waiting: list[tuple[Peer, Subscribe]] = field(default_factory=list)
-    live_streams: dict[int, tuple[int, int]] = field(default_factory=dict)  # upstream stream
-
-    def upstream_in(self, state: UpstreamState) -> bool:
-        return self.upstream is not None and self.upstream.state is state
-
-    @property
-    def local(self) -> bool:
-        """Whether this process writes the track (``Relay.open_local``) and has not ended it."""
-        return self.upstream is not None and self.upstream.peer is None
-
-    def attach(self, upstream: Upstream) -> None:
-        self.upstream = upstream
-        if upstream.peer is not None:
-            upstream.peer.upstreams[upstream.request_id] = self
-
-    def detach(self) -> Upstream | None:
-        """Forget the upstream (its peer forgets the track too); the one it had, if any."""
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None and upstream.peer is not None:
-            upstream.peer.upstreams.pop(upstream.request_id, None)
-        return upstream
-
-
-@dataclass(eq=False)
-class Peer:
-    """One session through the relay, in whatever roles it plays."""
-
-    moqt: MoqtSession
-    link: PeerLink
-    name: str
-    outbox: Outbox = field(default_factory=Outbox)
-    waiting_drain: bool = False
-    flushing: bool = False
-    gone: bool = False
-    downstreams: dict[int, Downstream] = field(default_factory=dict)
-    fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
-    upstreams: dict[int, Track] = field(default_factory=dict)  # our SUBSCRIBE / their PUBLISH
-    upstream_fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
-    status_requests: dict[int, tuple[Peer, int]] = field(default_factory=dict)
-    announced: set[Namespace] = field(default_factory=set)  # namespaces we told it of
-    grant: Grant = field(default_factory=Grant.everything)  # what its token allows (auth)
-    offers: dict[int, _Offer] = field(default_factory=dict)  # our PUBLISHes awaiting PUBLISH_OK
-
-
-@dataclass(frozen=True, slots=True)
-class _Offer:
-    """A PUBLISH the relay sent a namespace subscriber: the track, and the largest location
-    the PUBLISH named (a Largest Object filter in the PUBLISH_OK counts from there)."""
-
-    track: Track
-    largest: Location | None
 
 
 class Relay:
@@ -328,7 +125,13 @@ class Relay:
         self._local: set[FullTrackName] = set()  # opened here and not closed
         # Cached tracks nobody can send any more, and since when (``expire_orphans``).
         self._orphaned: dict[FullTrackName, float] = {}
-        self._dirty: set[Peer] = set()
+        self.serving = Serving(
+            self.cache,
+            self.counters,
+            self.limits.max_queued_bytes,
+            failed=self._fail,
+            released=self._drop_idle,
+        )
 
     # ------------------------------------------------------------------------------------
     # Driving the relay.
@@ -343,7 +146,7 @@ class Relay:
         """End the sessions whose token expired by ``now`` (Unix seconds). Never raises."""
         for peer in [p for p in self.peers if p.grant.expired(now)]:
             self._refuse_session(peer, AuthError(SessionErrorCode.EXPIRED_AUTH_TOKEN, "expired"))
-        self._transmit()
+        self.serving.transmit()
 
     def expire_orphans(self, now: float) -> None:
         """Drop from the cache the tracks nobody could send for ``limits.retention`` seconds
@@ -397,7 +200,7 @@ class Relay:
             return False
         action = "publish" if publish else "subscribe to"
         logger.warning("relay: %s may not %s %r", peer.name, action, namespace)
-        self._session(peer).reject(request_id, code, "not authorized")
+        self.serving.session(peer).reject(request_id, code, "not authorized")
         return True
 
     def attach_upstream(self, peer: Peer) -> None:
@@ -453,7 +256,7 @@ class Relay:
     def resume(self, peer: Peer) -> None:
         """The peer's connection drained: write what waits for it. Never raises."""
         peer.waiting_drain = False
-        self._guarded(peer, self._flush)
+        self._guarded(peer, self.serving.flush)
 
     def _guarded(self, peer: Peer, action: Callable[[Peer], None]) -> None:
         """Run ``action``; a bug closes the peer's session, never the relay."""
@@ -462,7 +265,7 @@ class Relay:
                 action(peer)
         except Exception:
             self._fail(peer)
-        self._transmit()
+        self.serving.transmit()
 
     def _fail(self, peer: Peer) -> None:
         logger.exception("relay: internal error serving %s", peer.name)
@@ -506,7 +309,7 @@ class Relay:
         self._arrived(track, LOCAL_STREAM, group_id, obj)
         if end_of_group:
             self._stream_over(track, LOCAL_STREAM, reset=False)
-        self._transmit()
+        self.serving.transmit()
 
     def end_local(self, track: Track) -> None:
         """End a local track: subscribers get PUBLISH_DONE (TRACK_ENDED) once they have what
@@ -519,7 +322,7 @@ class Relay:
             self._stream_over(track, LOCAL_STREAM, reset=False)  # ends the track too
         else:
             self._upstream_over(track)
-        self._transmit()
+        self.serving.transmit()
 
     def close_local(self, name: FullTrackName) -> None:
         """End a local track and forget what it holds; a namespace with no local track left
@@ -531,7 +334,7 @@ class Relay:
         self._local.discard(name)
         if not self._local_namespaces(name.namespace):
             self._withdraw(name.namespace)
-        self._transmit()
+        self.serving.transmit()
 
     def queued_bytes(self, track: Track) -> int:
         """The most object bytes waiting for one subscriber of ``track`` (in its peer's
@@ -558,11 +361,11 @@ class Relay:
         try:
             self._publish_namespace(peer, message.namespace)
         except RoutingLimitExceeded as exc:
-            self._session(peer).reject(
+            self.serving.session(peer).reject(
                 message.request_id, PublishNamespaceErrorCode.INTERNAL_ERROR, str(exc)
             )
             return
-        self._session(peer).publish_namespace_ok(message.request_id)
+        self.serving.session(peer).publish_namespace_ok(message.request_id)
 
     def _publish_namespace(self, peer: Peer, namespace: Namespace) -> None:
         """Route ``namespace`` to ``peer``; followers hear of it if it is new."""
@@ -580,18 +383,18 @@ class Relay:
         message = event.message
         if not peer.grant.may_follow(message.namespace):
             logger.warning("relay: %s may not follow %r", peer.name, message.namespace)
-            self._session(peer).reject(
+            self.serving.session(peer).reject(
                 message.request_id, SubscribeNamespaceErrorCode.UNAUTHORIZED, "not authorized"
             )
             return
         try:
             self.namespaces.add_prefix(peer, message.namespace)
         except RoutingLimitExceeded as exc:
-            self._session(peer).reject(
+            self.serving.session(peer).reject(
                 message.request_id, SubscribeNamespaceErrorCode.INTERNAL_ERROR, str(exc)
             )
             return
-        self._session(peer).subscribe_namespace_ok(message.request_id)
+        self.serving.session(peer).subscribe_namespace_ok(message.request_id)
         published = self.namespaces.published_under(message.namespace)
         for namespace in sorted({*published, *self._local_namespaces(message.namespace)}):
             self._announce(peer, namespace)
@@ -607,7 +410,7 @@ class Relay:
         if upstream is None or prefix in self._upstream_prefixes:
             return
         try:
-            self._session(upstream).subscribe_namespace(prefix)
+            self.serving.session(upstream).subscribe_namespace(prefix)
         except UsageError as exc:  # upstream gave us no request ids left
             logger.info("relay: cannot follow %r upstream: %s", prefix, exc)
             return
@@ -628,7 +431,7 @@ class Relay:
         ):
             return
         try:
-            self._session(peer).publish_namespace(namespace)
+            self.serving.session(peer).publish_namespace(namespace)
         except UsageError as exc:  # the follower gave us no request ids left: it misses this one
             logger.info("relay: cannot announce %r to %s: %s", namespace, peer.name, exc)
             return
@@ -638,7 +441,7 @@ class Relay:
         for peer in self.peers:
             if namespace in peer.announced and not peer.gone:
                 peer.announced.discard(namespace)
-                self._session(peer).publish_namespace_done(namespace)
+                self.serving.session(peer).publish_namespace_done(namespace)
 
     # ------------------------------------------------------------------------------------
     # SUBSCRIBE: from the cache, through an upstream subscription, or both.
@@ -656,7 +459,7 @@ class Relay:
             track is not None
             and len(track.subscribers) + len(track.waiting) >= self.limits.max_subscribers_per_track
         ):
-            self._session(peer).reject(
+            self.serving.session(peer).reject(
                 message.request_id, SubscribeErrorCode.INTERNAL_ERROR, "too many subscribers"
             )
             return
@@ -670,7 +473,7 @@ class Relay:
         if publisher is not None:
             track = self._track(message.track)
             if track is None:
-                self._session(peer).reject(
+                self.serving.session(peer).reject(
                     message.request_id, SubscribeErrorCode.INTERNAL_ERROR, "too many tracks"
                 )
                 return
@@ -682,7 +485,7 @@ class Relay:
             if track is not None:
                 self._accept(peer, track, message)
                 return
-        self._session(peer).reject(
+        self.serving.session(peer).reject(
             message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
         )
         self._drop_idle(message.track)
@@ -694,7 +497,7 @@ class Relay:
         if wanted.filter_type == FilterType.ABSOLUTE_RANGE:
             wanted = SubscriptionFilter(FilterType.ABSOLUTE_START, wanted.start)
         try:
-            request_id = self._session(publisher).subscribe(track.name, filter=wanted)
+            request_id = self.serving.session(publisher).subscribe(track.name, filter=wanted)
         except UsageError as exc:
             logger.info("relay: cannot subscribe upstream to %s: %s", track.name, exc)
             return False
@@ -703,66 +506,15 @@ class Relay:
         return True
 
     def _accept(self, peer: Peer, track: Track, message: Subscribe) -> None:
-        largest = self._largest(track)
-        self._session(peer).subscribe_ok(
+        largest = self.serving.largest(track)
+        self.serving.session(peer).subscribe_ok(
             message.request_id, group_order=track.group_order, largest=largest
         )
         absolute = message.filter.filter_type in (
             FilterType.ABSOLUTE_START,
             FilterType.ABSOLUTE_RANGE,
         )
-        self._serve(peer, message.request_id, track, message, largest, replay=absolute)
-
-    def _serve(
-        self,
-        peer: Peer,
-        request_id: int,
-        track: Track,
-        wants: Subscribe | PublishOk,
-        largest: Location | None,
-        *,
-        replay: bool,
-    ) -> None:
-        """Start a downstream subscription (a SUBSCRIBE accepted, or a PUBLISH the peer
-        accepted) on ``wants``' filter: through the cache first with ``replay``, else live."""
-        start, end_group = subscription_window(wants.filter, largest)
-        quirks = PeerQuirks.of(peer.moqt.peer_parameters)
-        if quirks.replays_history:
-            start, end_group, replay = START, None, True
-        sub = Downstream(peer, request_id, track, start, end_group, wants.forward)
-        sub.joined_open = start.object > 0 and quirks.closes_joined_groups
-        track.subscribers.append(sub)
-        peer.downstreams[request_id] = sub
-        if replay:
-            sub.live = False
-            self._enqueue(peer, Replay(sub, start.group))
-            return
-        self._end_joined_group(sub)
-        if track.upstream is None:
-            self._end(sub, PublishDoneStatus.TRACK_ENDED, "the publisher is gone")
-
-    def _end_joined_group(self, sub: Downstream) -> None:
-        """Tell a subscriber that joined mid-group that the group has already ended.
-
-        A Largest Object subscription starts right after the newest object; the subscriber
-        gets the group's head by a joining FETCH and waits for the tail on the subscription.
-        When the cache holds that group whole (its stream ended), no tail will come, and
-        nothing says so unless the publisher ended the group with an END_OF_GROUP status
-        object (aiomoqt does; moq-rs flags the stream type instead). moq-rs keeps such a group
-        open until the subscription ends, so its ``fetch_group`` of the newest group never
-        finished. An END_OF_GROUP status object at the start location closes it, and says no
-        more than the cache knows.
-        """
-        group = self.cache.group(sub.track.name, sub.start.group, touch=False)
-        if group is None or not group.complete or not sub.wants(sub.start):
-            return
-        last = group.ordered()[-1]
-        if last.status != ObjectStatus.NORMAL or last.object_id >= sub.start.object:
-            return
-        sub.joined_open = False
-        marker = _group_end(sub.start.object, last.subgroup_id, last.publisher_priority)
-        self._enqueue(sub.peer, Send(sub, sub.start.group, marker))
-        self._enqueue(sub.peer, EndStream(sub, (sub.start.group, last.subgroup_id), False))
+        self.serving.serve(peer, message.request_id, track, message, largest, replay=absolute)
 
     def _on_upstream_accepted(self, peer: Peer, event: ev.RequestAccepted) -> None:
         message = event.message
@@ -790,29 +542,31 @@ class Relay:
                 del peer.upstream_fetches[event.request_id]
             if fetch.peer.gone or fetch.peer.fetches.get(fetch.request_id) is not fetch:
                 return  # cancelled, or its session left: it went on for its followers only
-            self._session(fetch.peer).fetch_ok(
+            self.serving.session(fetch.peer).fetch_ok(
                 fetch.request_id,
                 message.end,
                 end_of_track=message.end_of_track,
                 group_order=_known_order(message.group_order),
             )
             for item in early:
-                self._enqueue(fetch.peer, item)
+                self.serving.enqueue(fetch.peer, item)
         elif isinstance(message, PublishOk):
             offer = peer.offers.pop(event.request_id, None)
             if offer is None:
                 return
             if offer.track.upstream is None or self.tracks.get(offer.track.name) is not offer.track:
-                self._session(peer).publish_done(
+                self.serving.session(peer).publish_done(
                     event.request_id, PublishDoneStatus.TRACK_ENDED, "the publisher is gone"
                 )
                 return
             # From the cache first: what arrived since the PUBLISH went out is there.
-            self._serve(peer, event.request_id, offer.track, message, offer.largest, replay=True)
+            self.serving.serve(
+                peer, event.request_id, offer.track, message, offer.largest, replay=True
+            )
         elif isinstance(message, TrackStatusOk):
             asker = peer.status_requests.pop(event.request_id, None)
             if asker is not None and not asker[0].gone:
-                self._session(asker[0]).track_status_ok(
+                self.serving.session(asker[0]).track_status_ok(
                     asker[1], largest=message.largest, group_order=message.group_order
                 )
 
@@ -833,10 +587,10 @@ class Relay:
             self._upstream_fetch_over(fetch, whole=False, reason=reason)
         if fetch is not None and not fetch.peer.gone:
             fetch.peer.fetches.pop(fetch.request_id, None)
-            self._session(fetch.peer).reject(fetch.request_id, code, reason)
+            self.serving.session(fetch.peer).reject(fetch.request_id, code, reason)
         asker = peer.status_requests.pop(request_id, None)
         if asker is not None and not asker[0].gone:
-            self._session(asker[0]).reject(asker[1], code, reason)
+            self.serving.session(asker[0]).reject(asker[1], code, reason)
         peer.offers.pop(request_id, None)
 
     def _on_subscribe_updated(self, peer: Peer, event: ev.SubscribeUpdated) -> None:
@@ -851,7 +605,7 @@ class Relay:
     def _on_unsubscribed(self, peer: Peer, event: ev.Unsubscribed) -> None:
         sub = peer.downstreams.pop(event.request_id, None)
         if sub is not None:
-            self._cancel(sub, reset_streams=True)
+            self.serving.cancel(sub, reset_streams=True)
             return
         for track in self.tracks.values():
             track.waiting = [
@@ -879,9 +633,11 @@ class Relay:
         track = self._track(message.track)
         if track is None or track.upstream is not None:
             reason = "too many tracks" if track is None else "the track already has a publisher"
-            self._session(peer).reject(message.request_id, PublishErrorCode.NOT_SUPPORTED, reason)
+            self.serving.session(peer).reject(
+                message.request_id, PublishErrorCode.NOT_SUPPORTED, reason
+            )
             return
-        self._session(peer).publish_ok(message.request_id, group_order=message.group_order)
+        self.serving.session(peer).publish_ok(message.request_id, group_order=message.group_order)
         track.attach(Upstream(peer, message.request_id, UpstreamState.LIVE, pushed=True))
         track.group_order = _known_order(message.group_order)
         track.largest = message.largest
@@ -908,15 +664,15 @@ class Relay:
             or any(sub.track is track for sub in peer.downstreams.values())
         ):
             return
-        largest = self._largest(track)
+        largest = self.serving.largest(track)
         try:
-            request_id = self._session(peer).publish(
+            request_id = self.serving.session(peer).publish(
                 track.name, group_order=track.group_order, largest=largest
             )
         except UsageError as exc:  # no request ids left, or it already gets the track
             logger.info("relay: cannot offer %s to %s: %s", track.name, peer.name, exc)
             return
-        peer.offers[request_id] = _Offer(track, largest)
+        peer.offers[request_id] = Offer(track, largest)
 
     # ------------------------------------------------------------------------------------
     # TRACK_STATUS.
@@ -930,14 +686,16 @@ class Relay:
             return
         track = self.tracks.get(message.track)
         if track is not None and track.upstream_in(UpstreamState.LIVE):
-            self._session(peer).track_status_ok(
-                message.request_id, largest=self._largest(track), group_order=track.group_order
+            self.serving.session(peer).track_status_ok(
+                message.request_id,
+                largest=self.serving.largest(track),
+                group_order=track.group_order,
             )
             return
         publisher = self._route(message.track, peer)
         if publisher is not None:
             try:
-                request_id = self._session(publisher).track_status(message.track)
+                request_id = self.serving.session(publisher).track_status(message.track)
             except UsageError:
                 pass
             else:
@@ -945,9 +703,9 @@ class Relay:
                 return
         largest = self.cache.largest(message.track)
         if largest is not None:
-            self._session(peer).track_status_ok(message.request_id, largest=largest)
+            self.serving.session(peer).track_status_ok(message.request_id, largest=largest)
         else:
-            self._session(peer).reject(
+            self.serving.session(peer).reject(
                 message.request_id, SubscribeErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
             )
 
@@ -964,7 +722,7 @@ class Relay:
             return
         window = self._fetch_window(peer, message.target)
         if window is None:
-            self._session(peer).reject(
+            self.serving.session(peer).reject(
                 message.request_id, FetchErrorCode.INVALID_RANGE, "nothing to join"
             )
             return
@@ -988,7 +746,9 @@ class Relay:
             return
         target = StandaloneFetch(event.track, start, end.group, end_object(end))
         try:
-            request_id = self._session(publisher).fetch(target, group_order=message.group_order)
+            request_id = self.serving.session(publisher).fetch(
+                target, group_order=message.group_order
+            )
         except UsageError:
             self._fetch_from_cache(fetch)
             return
@@ -1035,7 +795,7 @@ class Relay:
 
     def _fetch_from_cache(self, fetch: DownstreamFetch) -> None:
         objects = list(self.cache.objects(fetch.track, fetch.start, fetch.end))
-        session = self._session(fetch.peer)
+        session = self.serving.session(fetch.peer)
         if not objects and not self.cache.has_track(fetch.track):
             code, reason = FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
             session.reject(fetch.request_id, code, reason)
@@ -1052,7 +812,7 @@ class Relay:
         if fetch.descending:
             groups.reverse()
         fetch.peer.fetches[fetch.request_id] = fetch
-        self._enqueue(fetch.peer, FetchReplay(fetch, groups))
+        self.serving.enqueue(fetch.peer, FetchReplay(fetch, groups))
 
     def _on_fetch_cancelled(self, peer: Peer, event: ev.FetchCancelled) -> None:
         fetch = peer.fetches.pop(event.request_id, None)
@@ -1070,7 +830,7 @@ class Relay:
                     del upstream.upstream_fetches[request_id]
                     self._upstream_fetch_over(fetch, whole=False, reason="cancelled")
                     if not upstream.gone:
-                        self._session(upstream).fetch_cancel(request_id)
+                        self.serving.session(upstream).fetch_cancel(request_id)
 
     # ------------------------------------------------------------------------------------
     # Objects from upstream.
@@ -1097,7 +857,7 @@ class Relay:
             return
         if event.source == ev.ObjectSource.DATAGRAM:
             if self._cache_new(track, event.group_id, obj):
-                self._forward_datagram(track, event)
+                self.serving.forward_datagram(track, event)
             return
         assert event.stream_id is not None
         self._arrived(track, event.stream_id, event.group_id, obj)
@@ -1120,29 +880,7 @@ class Relay:
         if not self._cache_new(track, group_id, obj):
             return
         track.live_streams[stream] = (group_id, obj.subgroup_id)
-        location = Location(group_id, obj.object_id)
-        for sub in list(track.subscribers):
-            if sub.live and sub.wants(location):
-                self._enqueue(sub.peer, Send(sub, group_id, obj))
-            elif sub.live and sub.end_group is not None and group_id > sub.end_group:
-                self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")
-
-    def _forward_datagram(self, track: Track, event: ev.ObjectReceived) -> None:
-        """Datagrams may be lost anyway: a backlogged subscriber simply misses them."""
-        location = Location(event.group_id, event.object_id)
-        for sub in track.subscribers:
-            if sub.live and sub.wants(location) and not sub.peer.link.backlogged():
-                self.counters.object_bytes_sent += len(event.body.payload)
-                self._session(sub.peer).send_datagram(
-                    sub.request_id,
-                    event.group_id,
-                    event.object_id,
-                    event.body.payload,
-                    publisher_priority=event.publisher_priority,
-                    status=event.body.status,
-                    extensions=event.body.extensions,
-                    end_of_group=event.end_of_group,
-                )
+        self.serving.arrived(track, group_id, obj)
 
     def _on_stream_ended(self, peer: Peer, event: ev.DataStreamEnded | ev.DataStreamReset) -> None:
         reset = isinstance(event, ev.DataStreamReset)
@@ -1172,7 +910,7 @@ class Relay:
         if not reset and group is not None and 0 in group.objects:
             self.cache.mark_complete(track.name, key[0])
         for sub in track.subscribers:
-            self._enqueue(sub.peer, EndStream(sub, key, reset))
+            self.serving.enqueue(sub.peer, EndStream(sub, key, reset))
         if track.upstream_in(UpstreamState.ENDING):
             self._upstream_over(track)
 
@@ -1181,13 +919,13 @@ class Relay:
         an outbox: past ``max_queued_bytes`` the FETCH fails both ways)."""
         fetch = item.fetch
         if fetch.early is None:
-            self._enqueue(fetch.peer, item)
+            self.serving.enqueue(fetch.peer, item)
             return
         fetch.early.append(item)
         fetch.early_bytes += item.size
         if fetch.early_bytes > self.limits.max_queued_bytes:
             del upstream.upstream_fetches[request_id]
-            self._session(upstream).fetch_cancel(request_id)
+            self.serving.session(upstream).fetch_cancel(request_id)
             reason = "upstream sent too much before FETCH_OK"
             self._upstream_fetch_over(fetch, whole=False, reason=reason)
             self._refuse_fetch(fetch, reason)
@@ -1195,7 +933,7 @@ class Relay:
     def _refuse_fetch(self, fetch: DownstreamFetch, reason: str) -> None:
         """FETCH_ERROR for a forwarded FETCH that was never answered."""
         if fetch.peer.fetches.pop(fetch.request_id, None) is fetch:
-            self._session(fetch.peer).reject(
+            self.serving.session(fetch.peer).reject(
                 fetch.request_id, FetchErrorCode.INTERNAL_ERROR, reason
             )
 
@@ -1233,14 +971,14 @@ class Relay:
         lost_upstream = peer is self.upstream
         if lost_upstream:
             self.upstream, left = None, "the upstream relay left"
-        self._dirty.discard(peer)
+        self.serving.forget(peer)
         peer.outbox.clear()
         for namespace in self.namespaces.remove_peer(peer):
             self._withdraw(namespace)
         for track in list(peer.upstreams.values()):
             for sub in track.subscribers:
                 for key in track.live_streams.values():
-                    self._enqueue(sub.peer, EndStream(sub, key, reset=True))
+                    self.serving.enqueue(sub.peer, EndStream(sub, key, reset=True))
             track.live_streams.clear()
             upstream = track.upstream
             if upstream is None:
@@ -1254,11 +992,11 @@ class Relay:
         for fetch in peer.upstream_fetches.values():
             self._upstream_fetch_over(fetch, whole=False, reason=left)
             if fetch.early is None:
-                self._enqueue(fetch.peer, FetchEnd(fetch, reset=True))
+                self.serving.enqueue(fetch.peer, FetchEnd(fetch, reset=True))
             else:
                 self._refuse_fetch(fetch, left)
         for sub in list(peer.downstreams.values()):
-            self._cancel(sub, reset_streams=False)
+            self.serving.cancel(sub, reset_streams=False)
         for track in list(self.tracks.values()):
             track.waiting = [(p, m) for p, m in track.waiting if p is not peer]
             self._drop_idle(track.name)
@@ -1273,7 +1011,7 @@ class Relay:
         )
         for sub in list(track.subscribers):
             if sub.live:
-                self._end(sub, status, reason)
+                self.serving.end(sub, status, reason)
         self._settle_waiting(track, SubscribeErrorCode.INTERNAL_ERROR, "the publisher left")
         self._drop_idle(track.name)
 
@@ -1290,7 +1028,7 @@ class Relay:
             if cached:
                 self._accept(subscriber, track, subscribe)
             else:
-                self._session(subscriber).reject(subscribe.request_id, code, reason)
+                self.serving.session(subscriber).reject(subscribe.request_id, code, reason)
 
     def give_up_upstream(self) -> None:
         """The upstream relay has stayed away too long: end the subscriptions that waited
@@ -1302,289 +1040,10 @@ class Relay:
                     self._upstream_over(track)
                 except Exception:
                     logger.exception("relay: ending %s", track.name)
-        self._transmit()
-
-    # ------------------------------------------------------------------------------------
-    # The outbox.
-
-    def _enqueue(self, peer: Peer, item: Item) -> None:
-        if peer.gone:
-            return
-        outbox = peer.outbox
-        over = (
-            item.size and outbox and outbox.queued_bytes + item.size > self.limits.max_queued_bytes
-        )
-        if over and isinstance(item, Send):
-            self._fall_behind(item.sub, item.group_id)
-            return
-        if over and isinstance(item, FetchSend):
-            outbox.purge(item.fetch)
-            self._end_fetch(item.fetch, reset=True)
-            return
-        outbox.append(item)
-        self._flush(peer)
-
-    def _fall_behind(self, sub: Downstream, group_id: int) -> None:
-        """Too much live data waits for this subscriber: it reads the cache instead, at its
-        own pace, and only if the cache loses a group it has not read is it TOO_FAR_BEHIND."""
-        peer = sub.peer
-        queued = [send.group_id for send in peer.outbox.take_sends(sub)]
-        sub.live = False
-        sub.behind = True
-        self._enqueue(peer, Replay(sub, min(queued, default=group_id)))
-
-    def _flush(self, peer: Peer) -> None:
-        """Write queued items while the connection has room; items may queue more.
-
-        A failure to write fails this peer only, never the one whose event is being handled
-        (a publisher must not pay for a subscriber whose connection just died).
-        """
-        if peer.flushing:
-            return
-        if peer.link.closing():
-            peer.outbox.clear()  # its SessionClosed event follows and cleans up
-            return
-        peer.flushing = True
-        try:
-            while peer.outbox and not peer.link.backlogged() and not peer.gone:
-                item = peer.outbox.front()
-                if self._RUNNERS[type(item)](self, item):
-                    peer.outbox.done(item)
-                self._dirty.add(peer)
-        except Exception:
-            self._fail(peer)
-        finally:
-            peer.flushing = False
-        if peer.outbox and not peer.waiting_drain and not peer.gone:
-            peer.waiting_drain = True
-            peer.link.wake_when_drained()
-
-    # What writing each kind of item means; each returns True once the item is done.
-
-    def _run_send(self, item: Send) -> bool:
-        if item.sub.peer.downstreams.get(item.sub.request_id) is item.sub:
-            self._write(item.sub, item.group_id, item.obj)
-        return True
-
-    def _run_end_stream(self, item: EndStream) -> bool:
-        sub, key = item.sub, item.key
-        if item.reset:
-            self._end_stream(sub, key, reset=True)
-        elif sub.live or key in sub.streams:  # a replay that has not got here FINs it itself
-            self._write_group(sub, key[0], key[1])
-        return True
-
-    def _run_done(self, item: Done) -> bool:
-        self._send_done(item.sub, item.status, item.reason)
-        return True
-
-    def _run_fetch_send(self, item: FetchSend) -> bool:
-        self._write_fetch(item.fetch, item.group_id, item.obj)
-        return True
-
-    def _run_fetch_end(self, item: FetchEnd) -> bool:
-        self._end_fetch(item.fetch, item.reset)
-        return True
-
-    def _write(self, sub: Downstream, group_id: int, obj: TrackObject) -> None:
-        if sub.joined_open:
-            sub.joined_open = False
-            if group_id > sub.start.group:  # the joined group got no tail: say it ended
-                marker = _group_end(sub.start.object, 0, obj.publisher_priority)
-                self._write(sub, sub.start.group, marker)
-                self._end_stream(sub, (sub.start.group, 0), reset=False)
-        key = (group_id, obj.subgroup_id)
-        stream = sub.streams.get(key)
-        session = self._session(sub.peer)
-        if stream is None and key in sub.finished:
-            return
-        if stream is None:
-            stream_id = session.open_subgroup(
-                sub.request_id,
-                group_id,
-                obj.subgroup_id,
-                obj.publisher_priority,
-                extensions=True,
-            )
-            stream = sub.streams[key] = _Stream(stream_id)
-        elif stream.stopped or obj.object_id <= stream.last_object:
-            return
-        self.counters.object_bytes_sent += len(obj.payload)
-        session.send_object(
-            stream.stream_id,
-            obj.object_id,
-            obj.payload,
-            status=obj.status,
-            extensions=obj.extensions,
-        )
-        stream.last_object = obj.object_id
-
-    def _write_group(self, sub: Downstream, group_id: int, subgroup: int | None = None) -> None:
-        """Cached objects of a group the subscriber wants and lacks; FIN what upstream ended."""
-        # A live subscriber got every object on the live path: reading the group only closes
-        # its stream, which is no use of the cache and must not keep the group over newer ones.
-        group = self.cache.group(sub.track.name, group_id, touch=not sub.live)
-        if group is not None:
-            for obj in group.ordered():
-                if (subgroup is None or obj.subgroup_id == subgroup) and sub.wants(
-                    Location(group_id, obj.object_id)
-                ):
-                    self._write(sub, group_id, obj)
-        # Off the live path the objects a stream lacks come from the cache alone: with the
-        # group evicted they are gone, and once the subscription is ending (too far behind)
-        # none are written; a FIN would then pass the cut-short group off as whole.
-        lost = not sub.live and (group is None or sub.ending)
-        live = set(sub.track.live_streams.values())
-        for key in [k for k in sub.streams if k[0] == group_id and k not in live]:
-            if subgroup is None or key[1] == subgroup:
-                self._end_stream(sub, key, reset=lost)
-
-    def _end_stream(self, sub: Downstream, key: tuple[int, int], reset: bool) -> None:
-        if not sub.live:
-            sub.finished.add(key)
-        stream = sub.streams.pop(key, None)
-        if stream is None or stream.stopped:
-            return
-        session = self._session(sub.peer)
-        if reset:
-            session.reset_stream(stream.stream_id, StreamResetCode.INTERNAL_ERROR)
-        else:
-            session.end_stream(stream.stream_id)
-
-    def _replay_step(self, item: Replay) -> bool:
-        sub = item.sub
-        if sub.peer.downstreams.get(sub.request_id) is not sub or sub.ending:
-            return True
-        if sub.behind and self.cache.evicted_from(sub.track.name, item.cursor):
-            self._end(sub, PublishDoneStatus.TOO_FAR_BEHIND, "the cache lost what it had not read")
-            return True
-        if not item.groups:
-            item.groups.extend(self.cache.group_ids(sub.track.name, item.cursor, sub.end_group))
-            if not item.groups:
-                self._caught_up(sub)
-                return True
-        group_id = item.groups.popleft()
-        item.cursor = group_id + 1
-        self._write_group(sub, group_id)
-        return False
-
-    def _caught_up(self, sub: Downstream) -> None:
-        """A replay reached the live edge: top up the groups still in flight, then go live."""
-        for group_id in sorted({g for g, _ in sub.track.live_streams.values()}):
-            self._write_group(sub, group_id)
-        sub.live = True
-        sub.behind = False
-        sub.finished.clear()
-        largest = self._largest(sub.track)
-        if sub.end_group is not None and largest is not None and largest.group > sub.end_group:
-            self._end(sub, PublishDoneStatus.SUBSCRIPTION_ENDED, "end of the range")
-        elif sub.track.upstream is None:
-            self._end(sub, PublishDoneStatus.TRACK_ENDED, "served from the cache")
-
-    def _end(self, sub: Downstream, status: int, reason: str) -> None:
-        """End a subscription once what is queued before it has gone out."""
-        if not sub.ending:
-            sub.ending = True
-            self._enqueue(sub.peer, Done(sub, status, reason))
-
-    def _send_done(self, sub: Downstream, status: int, reason: str) -> None:
-        if sub.peer.downstreams.pop(sub.request_id, None) is not sub:
-            return
-        too_far_behind = status == PublishDoneStatus.TOO_FAR_BEHIND
-        for key, stream in list(sub.streams.items()):
-            self._end_stream(sub, key, too_far_behind or not self._wrote_whole(sub, key, stream))
-        self._session(sub.peer).publish_done(sub.request_id, status, reason)
-        self._detach(sub)
-
-    def _wrote_whole(self, sub: Downstream, key: tuple[int, int], stream: _Stream) -> bool:
-        """Whether a stream carries its whole subgroup, so a FIN tells the truth. A range that
-        ends when the next group begins may find its last group still arriving (a publisher
-        interleaves group streams), and a replay stops where the subscription ends."""
-        group = self.cache.group(sub.track.name, key[0], touch=False)
-        if group is None or not group.complete:
-            return False
-        ids = [obj.object_id for obj in group.ordered() if obj.subgroup_id == key[1]]
-        return stream.last_object == max(ids, default=-1)
-
-    def _cancel(self, sub: Downstream, *, reset_streams: bool) -> None:
-        """The subscriber left or unsubscribed: forget it and stop its streams."""
-        peer = sub.peer
-        peer.downstreams.pop(sub.request_id, None)
-        if not peer.gone:
-            peer.outbox.purge(sub)
-            if reset_streams:
-                for stream in sub.streams.values():
-                    if not stream.stopped:
-                        self._session(peer).reset_stream(
-                            stream.stream_id, StreamResetCode.CANCELLED
-                        )
-        sub.streams.clear()
-        self._detach(sub)
-
-    def _detach(self, sub: Downstream) -> None:
-        """Forget a subscription. The upstream one lingers: it keeps filling the cache for
-        decoders that come later (see ``_track`` for when it goes)."""
-        track = sub.track
-        if sub in track.subscribers:
-            track.subscribers.remove(sub)
-        self._drop_idle(track.name)
-
-    def _write_fetch(self, fetch: DownstreamFetch, group_id: int, obj: TrackObject) -> None:
-        if fetch.peer.fetches.get(fetch.request_id) is not fetch:
-            return
-        session = self._session(fetch.peer)
-        if fetch.stream_id is None:
-            fetch.stream_id = session.open_fetch_stream(fetch.request_id)
-        self.counters.object_bytes_sent += len(obj.payload)
-        session.send_fetch_object(
-            fetch.stream_id,
-            group_id,
-            obj.subgroup_id,
-            obj.object_id,
-            obj.payload,
-            publisher_priority=obj.publisher_priority,
-            status=obj.status,
-            extensions=obj.extensions,
-        )
-
-    def _fetch_replay_step(self, item: FetchReplay) -> bool:
-        fetch = item.fetch
-        if not item.groups:
-            self._end_fetch(fetch, reset=False)
-            return True
-        group_id = item.groups.popleft()
-        group = self.cache.group(fetch.track, group_id)
-        for obj in group.ordered() if group is not None else ():
-            if fetch.start <= Location(group_id, obj.object_id) <= fetch.end:
-                self._write_fetch(fetch, group_id, obj)
-        return False
-
-    def _end_fetch(self, fetch: DownstreamFetch, reset: bool) -> None:
-        if fetch.peer.fetches.pop(fetch.request_id, None) is not fetch:
-            return
-        session = self._session(fetch.peer)
-        if fetch.stream_id is None and not reset:
-            fetch.stream_id = session.open_fetch_stream(fetch.request_id)
-        if fetch.stream_id is None:
-            return
-        if reset:
-            session.reset_stream(fetch.stream_id, StreamResetCode.INTERNAL_ERROR)
-        else:
-            session.end_stream(fetch.stream_id)
+        self.serving.transmit()
 
     # ------------------------------------------------------------------------------------
     # Helpers.
-
-    def _session(self, peer: Peer) -> MoqtSession:
-        """The peer's session, noted as written to (transmitted after this event)."""
-        self._dirty.add(peer)
-        return peer.moqt
-
-    def _transmit(self) -> None:
-        dirty, self._dirty = self._dirty, set()
-        for peer in dirty:
-            if not peer.gone:
-                peer.link.transmit()
 
     def _track(self, name: FullTrackName) -> Track | None:
         """The relay's track ``name``, created if there is room (made by ending a lingering
@@ -1608,7 +1067,7 @@ class Relay:
             ):
                 track.detach()
                 assert upstream.peer is not None  # pushed=False: a SUBSCRIBE we sent
-                self._session(upstream.peer).unsubscribe(upstream.request_id)
+                self.serving.session(upstream.peer).unsubscribe(upstream.request_id)
                 track.live_streams.clear()
                 self._drop_idle(track.name)
                 return
@@ -1624,12 +1083,6 @@ class Relay:
         ):
             del self.tracks[name]
 
-    def _largest(self, track: Track) -> Location | None:
-        cached = self.cache.largest(track.name)
-        if track.largest is None or (cached is not None and cached > track.largest):
-            return cached
-        return track.largest
-
     def _route(self, name: FullTrackName, asker: Peer) -> Peer | None:
         """Who to ask for a track: its live upstream, else the newest publisher of its longest
         published namespace prefix, else the upstream relay (on an edge); never the asker."""
@@ -1643,16 +1096,6 @@ class Relay:
         else:
             publisher = self.namespaces.route(name.namespace) or self.upstream
         return None if publisher is asker else publisher
-
-    _RUNNERS: ClassVar[dict[type[Item], Callable[[Relay, Any], bool]]] = {
-        Send: _run_send,
-        EndStream: _run_end_stream,
-        Replay: _replay_step,
-        Done: _run_done,
-        FetchReplay: _fetch_replay_step,
-        FetchSend: _run_fetch_send,
-        FetchEnd: _run_fetch_end,
-    }
 
     _HANDLERS: ClassVar[dict[type[ev.MoqtEvent], Callable[[Relay, Peer, Any], None]]] = {
         ev.SetupCompleted: _on_setup,
@@ -1677,13 +1120,6 @@ class Relay:
         ev.DataStreamStopped: _on_stream_stopped,
         ev.SessionClosed: _on_closed,
     }
-
-
-def _group_end(object_id: int, subgroup: int, priority: int) -> TrackObject:
-    """An END_OF_GROUP status object: the group has no object from ``object_id`` on."""
-    return TrackObject(
-        object_id, b"", ObjectStatus.END_OF_GROUP, subgroup_id=subgroup, publisher_priority=priority
-    )
 
 
 def _known_order(order: int) -> GroupOrder:

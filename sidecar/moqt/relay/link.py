@@ -1,4 +1,4 @@
-"""A session's connection as ``core.Relay`` sees it (``core.PeerLink``), on asyncio.
+"""A session's connection as ``core.Relay`` sees it (``records.PeerLink``), on asyncio.
 
 Shared by the relay's server and by publishing applications (``aio.api``): both hand their
 sessions to a ``Relay`` the same way.
@@ -10,7 +10,8 @@ import asyncio
 from collections.abc import Callable
 
 from ..aio import transport
-from .core import Peer, Relay
+from .core import Relay
+from .records import Peer
 
 
 class ConnectionLink:

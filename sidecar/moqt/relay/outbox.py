@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..protocol.model import TrackObject
 
 if TYPE_CHECKING:
-    from .core import Downstream, DownstreamFetch
+    from .records import Downstream, DownstreamFetch
 
 
 @dataclass(eq=False, slots=True)

@@ -47,8 +47,9 @@ from ..aio import transport
 from ..aio.quic_backend import QuicSettings
 from ..protocol.events import MoqtEvent
 from .auth import Authorizer
-from .core import Peer, Relay, RelayLimits
+from .core import Relay
 from .link import ConnectionLink
+from .records import Peer, RelayLimits
 
 logger = logging.getLogger(__name__)
 
