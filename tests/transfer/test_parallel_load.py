@@ -41,7 +41,13 @@ def _report(result: LoadResult) -> tuple[object, ...]:
 
 async def _publish(net: Network, kv: torch.Tensor, corrupt: int | None = None) -> PromptName:
     def hook(track: str, group: int, obj: int, payload: bytes) -> bytes:
-        return bytes(b ^ 0xFF for b in payload) if group == corrupt else payload
+        # One bit of one code flipped: the chunk keeps its size and decodes, only its digest
+        # tells (a load that skipped the check would write it).
+        if group != corrupt or obj != 0:
+            return payload
+        flipped = bytearray(payload)
+        flipped[-1] ^= 0x01
+        return bytes(flipped)
 
     prompt = await net.published(
         LAYOUT, TOKENS, kv, tracks=("int8",), chunk_size=CHUNK, payload_hook=hook
@@ -100,6 +106,7 @@ def test_a_rejected_chunk_is_reported_as_a_single_load_reports_it(
             result = await load_parallel(subscribers, MODEL, TOKENS, out, 30)
             assert _report(result) == _report(alone)
             assert [c.index for c in result.rejected] == [BROKEN]
+            assert "digest differs from the catalog" in result.rejected[0].reason
             hole = range(BROKEN * CHUNK, (BROKEN + 1) * CHUNK)
             assert result.loaded_tokens == (range(0, hole.start), range(hole.stop, len(TOKENS)))
             assert torch.equal(out, expected)
