@@ -9,6 +9,7 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sidecar.address import free_udp_port
+from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.kvcache.naming import prompt_id
@@ -565,20 +566,44 @@ def test_keyed_prompt_ids_share_prefixes_only_with_the_same_key(
     run(main)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RewrittenInTransit(CatalogSigner):
+    """The deployment's key signs each revision; then, as a relay in the middle would, chunk
+    0's int8 digest is rewritten under the signature (so a forged chunk 0 would pass)."""
+
+    def seal(self, catalog: bytes) -> bytes:
+        sealed = CatalogSigner.seal(self, catalog)
+        revision = Catalog.decode(catalog)
+        track = revision.track("int8")
+        assert track.digests, "a revision without digests would go out untouched"
+        forged = bytes([track.digests[0][0] ^ 0x01]) + track.digests[0][1:]
+        rewritten = dataclasses.replace(track, digests=(forged, *track.digests[1:]))
+        tracks = tuple(rewritten if t.name == "int8" else t for t in revision.tracks)
+        body = dataclasses.replace(revision, tracks=tracks).encode()
+        return sealed[: len(sealed) - len(catalog)] + body
+
+
 def test_signed_catalogs_load_only_where_the_key_is_trusted(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
     """Relays carry catalogs, but a subscriber with trusted keys takes only catalogs signed
-    by one of them: an unsigned publisher's prompt, or one signed by another key, is not
-    found (and each refusal is counted), while a trusted signer's loads bit-exact."""
+    by one of them: an unsigned publisher's prompt, one signed by another key, or one the
+    trusted key signed and the path rewrote, is not found (and each refusal is counted),
+    while a trusted signer's loads bit-exact. A subscriber without keys takes the rewritten
+    catalog, and only chunk 0's digest check stops what it claims."""
     deployment, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     token_ids = list(range(2000, 2040))
 
     async def main() -> None:
         async with network(relay.url, cert) as net:
-            signers = {"deployment": deployment, "stranger": stranger, "none": None}
-            for seed, key in enumerate(signers.values()):
-                publisher = KVPublisher(signer=None if key is None else CatalogSigner(key))
+            signers = {
+                "deployment": CatalogSigner(deployment),
+                "stranger": CatalogSigner(stranger),
+                "none": None,
+                "rewritten": RewrittenInTransit(deployment),
+            }
+            for seed, signer in enumerate(signers.values()):
+                publisher = KVPublisher(signer=signer)
                 session = await net.session(publisher)
                 ids = [seed, *token_ids]  # one prompt per publisher
                 prompt = publisher.prompt(MODEL, LAYOUT, ids, tracks=("int8",), chunk_size=CHUNK)
@@ -601,13 +626,17 @@ def test_signed_catalogs_load_only_where_the_key_is_trusted(
                 else:
                     assert result.stopped is StopReason.NOT_FOUND, (name, result)
                     assert not out.any()
-            assert refusals == [Refusal.UNKNOWN_KEY, Refusal.UNSIGNED]
+            assert refusals == [Refusal.UNKNOWN_KEY, Refusal.UNSIGNED, Refusal.BAD_SIGNATURE]
             # A subscriber without keys trusts the relay, and loads every one of them.
             trusting = KVSubscriber(await net.session(), chunk_size=CHUNK)
-            for seed in range(len(signers)):
+            for seed, name in enumerate(signers):
                 ids = [seed, *token_ids]
                 out = torch.zeros(LAYOUT.shape(len(ids)))
                 result = await trusting.load(MODEL, ids, out, 30)
-                assert result.stopped is StopReason.COMPLETE, result
+                if name == "rewritten":
+                    assert [c.index for c in result.rejected] == [0], result
+                    assert "digest differs from the catalog" in result.rejected[0].reason
+                else:
+                    assert result.stopped is StopReason.COMPLETE, result
 
     run(main)
