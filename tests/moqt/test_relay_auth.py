@@ -187,26 +187,35 @@ def guarded(cert: CertificatePaths, keys: dict[str, Path]) -> Iterator[RelayProc
         yield process
 
 
-async def closed_with(url: str, cert: CertificatePaths, token: str | None) -> int | None:
-    """Open a session with ``token``; the error code the relay closed it with, during
-    SETUP (a bad token) or later (an expired one)."""
+async def closed_with(
+    url: str, cert: CertificatePaths, token: str | None
+) -> tuple[int | None, str]:
+    """Open a session with ``token``; the error code the relay closed it with, and when:
+    during SETUP ("setup": a bad or expired token) or later ("later": one that expired)."""
     try:
         async with api.connect(url, settings_for(cert), token=token) as session:
             closed = await asyncio.wait_for(asyncio.shield(session.connection.closed), 10)
-            return closed.error_code
+            return closed.error_code, "later"
     except MoqtConnectError as exc:
-        return exc.error_code
+        return exc.error_code, "setup"
 
 
 def test_a_guarded_relay_closes_sessions_without_a_valid_token(
     guarded: RelayProcess, cert: CertificatePaths, keys: dict[str, Path]
 ) -> None:
     async def main() -> None:
-        assert await closed_with(guarded.url, cert, None) == SessionErrorCode.UNAUTHORIZED
+        unauthorized = (SessionErrorCode.UNAUTHORIZED, "setup")
+        assert await closed_with(guarded.url, cert, None) == unauthorized
         forged = sign(load_key(keys["stranger"]), ROOT, publish="")
-        assert await closed_with(guarded.url, cert, forged) == SessionErrorCode.MALFORMED_AUTH_TOKEN
+        malformed = (SessionErrorCode.MALFORMED_AUTH_TOKEN, "setup")
+        assert await closed_with(guarded.url, cert, forged) == malformed
+        # An expired token is refused at SETUP, not left to the relay's expiry sweep.
+        expired = token(keys, publish="", expires_in=10, now=time.time() - 60)
+        at_setup = (SessionErrorCode.EXPIRED_AUTH_TOKEN, "setup")
+        assert await closed_with(guarded.url, cert, expired) == at_setup
         soon = token(keys, publish="", expires_in=2)
-        assert await closed_with(guarded.url, cert, soon) == SessionErrorCode.EXPIRED_AUTH_TOKEN
+        later = (SessionErrorCode.EXPIRED_AUTH_TOKEN, "later")
+        assert await closed_with(guarded.url, cert, soon) == later
 
     run(main)
     assert guarded.process.poll() is None  # refusing sessions costs the relay nothing
