@@ -21,6 +21,7 @@ import torch
 from kvmoq_client.errors import SidecarError
 from kvmoq_client.requests import paged_blocks
 from kvmoq_client.v1 import kv_cache_pb2
+from kvmoq_client.vllm.blocks import loaded_blocks
 from kvmoq_client.vllm.cache_layout import BlockCopies
 from kvmoq_client.vllm.jobs import LoadJob, SaveJob
 from kvmoq_client.vllm.registration import Registration
@@ -166,14 +167,9 @@ class WorkerSide:
             ).wait()  # fmt: skip
 
         finished = self._registration.call(load)
-        whole = [
-            index
-            for index in range(job.first_block, len(job.block_ids))
-            if any(
-                r.start <= index * size and min((index + 1) * size, job.tokens) <= r.end
-                for r in finished.loaded
-            )
-        ]
+        whole = loaded_blocks(
+            finished.loaded, job.first_block, len(job.block_ids), job.tokens, size
+        )
         if whole and self._staging is not None:
             self._staging.to_cache([blocks[i] for i in whole], [job.block_ids[i] for i in whole])
         return [job.block_ids[i] for i in whole]
