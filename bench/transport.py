@@ -12,7 +12,7 @@ Baselines measured in the same run:
 
 MoQT rows: the publisher (this process) writes a track of 64 KiB objects, 16 per group (one
 subgroup stream per group, as a KV chunk would be), to a subscriber process, either directly
-or through a relay process (`sidecar.moqt.relay.server`, measured once that module exists).
+or through a relay process (`sidecar.moqt.aio.relay_server`).
 The relay's CPU seconds per GB moved are reported next to its goodput.
 
 Each row runs every process on one stack, except the "+aiopquic relay" rows: publisher and
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -362,14 +361,9 @@ async def _moqt_sender(job: Job, start_receiver: StartReceiver) -> Received:
         return received
 
 
-def relay_available() -> bool:
-    """The relay column is measured once `sidecar/moqt/relay/server.py` exists (hook for its owner)."""
-    return importlib.util.find_spec("sidecar.moqt.relay.server") is not None
-
-
 async def _relay_process(job: Job, ready: Ready) -> Received:
     """Run kvmoq's relay until the harness kills this process."""
-    from sidecar.moqt.relay.server import start_relay
+    from sidecar.moqt.aio.relay_server import start_relay
 
     port = free_udp_port(HOST)
     await start_relay(HOST, port, job.settings, cert=job.cert.cert, key=job.cert.key)
@@ -562,7 +556,6 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"kvmoq bench transport: no interpreter here has {', '.join(missing)}")
         return 2
-    with_relay = relay_available()
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     stalled: list[str] = []
 
@@ -595,7 +588,7 @@ def run(args: argparse.Namespace) -> int:
                 relay_job = replace(
                     quic_job, kind="moqt", via_relay=True, relay_backend=line.relay_backend
                 )
-                via = best(relay_job) if with_relay else None
+                via = best(relay_job)
                 relayed = mbps(via)
                 row = rows.setdefault(line.label, {})[str(size)] = {
                     "bare_mbps": bare,
@@ -606,17 +599,14 @@ def run(args: argparse.Namespace) -> int:
                     "relay_ratio": _ratio(relayed, tls),
                     "moqt_bare_ratio": _ratio(direct, bare),
                 }
-                if with_relay:
-                    row["goals"] = GOALS[size].check(row)
-                measured = [bare, direct, *([relayed] if with_relay else [])]
-                if tls is None or None in measured:
+                row["goals"] = GOALS[size].check(row)
+                if tls is None or None in (bare, direct, relayed):
                     stalled.append(f"{line.label}/{size}")
                 print(
                     f"{line.label:22} {size:>8} {_cell(bare, 10, 1)} {_cell(direct, 8, 1)}"
-                    f" {_cell(relayed, 10, 1) if with_relay else 'n/a':>10}"
-                    f" {_cell(row['relay_cpu_s_per_gb'], 14, 1) if with_relay else 'n/a':>14}"
+                    f" {_cell(relayed, 10, 1)} {_cell(row['relay_cpu_s_per_gb'], 14, 1)}"
                     f" {_cell(_ratio(direct, bare), 9, 2)} {_cell(row['direct_ratio'], 12, 2)}"
-                    f" {_cell(row['relay_ratio'], 11, 2) if with_relay else 'n/a':>11}"
+                    f" {_cell(row['relay_ratio'], 11, 2)}"
                 )
     goals = [
         (f"{label}/{size}", name, goal)

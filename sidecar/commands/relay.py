@@ -285,9 +285,9 @@ async def _serve(
     authorizer: Authorizer | None,
 ) -> None:
     from sidecar import log
+    from sidecar.moqt.aio.relay_server import start_relay
     from sidecar.moqt.relay.auth import read_token
     from sidecar.moqt.relay.records import RelayLimits
-    from sidecar.moqt.relay.server import start_relay
 
     host, port = args.listen
     limits = RelayLimits(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from sidecar.moqt.aio import transport
+from sidecar.moqt.aio.peer_link import ConnectionLink
 from sidecar.moqt.aio.quic_backend import MiB, QuicSettings
 from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol.errors import (
@@ -53,7 +54,6 @@ from sidecar.moqt.protocol.model import (
 )
 from sidecar.moqt.protocol.session import MoqtSession
 from sidecar.moqt.relay.core import Relay
-from sidecar.moqt.relay.link import ConnectionLink
 from sidecar.moqt.relay.records import RelayLimits, Track
 
 logger = logging.getLogger(__name__)

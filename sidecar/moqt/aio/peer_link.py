@@ -1,4 +1,4 @@
-"""A session's connection as ``core.Relay`` sees it (``records.PeerLink``), on asyncio.
+"""A session's connection as ``relay.core.Relay`` sees it (``relay.records.PeerLink``), on asyncio.
 
 Shared by the relay's server and by publishing applications (``aio.api``): both hand their
 sessions to a ``Relay`` the same way.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ..aio import transport
-from .core import Relay
-from .records import Peer
+from ..relay.core import Relay
+from ..relay.records import Peer
+from . import transport
 
 
 class ConnectionLink:

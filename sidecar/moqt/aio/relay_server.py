@@ -1,12 +1,12 @@
-"""kvmoq's MoQT relay on asyncio: the thin adapter between ``transport`` and ``core``.
+"""kvmoq's MoQT relay on asyncio: the thin adapter between ``transport`` and ``relay.core``.
 
-All protocol decisions live in ``core.Relay`` (sans-I/O); this module gives it one
+All protocol decisions live in ``relay.core.Relay`` (sans-I/O); this module gives it one
 ``PeerLink`` per accepted session (backlog, transmit, drain wake-up) and owns the server.
 
 Start it in-process (benchmarks, tests that need no separate process)::
 
     from sidecar.moqt.aio.quic_backend import QuicSettings
-    from sidecar.moqt.relay.server import start_relay
+    from sidecar.moqt.aio.relay_server import start_relay
 
     server = await start_relay(
         "127.0.0.1", 4443, QuicSettings.loopback(), cert=cert_pem, key=key_pem
@@ -43,13 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..aio import transport
-from ..aio.quic_backend import QuicSettings
 from ..protocol.events import MoqtEvent
-from .auth import Authorizer
-from .core import Relay
-from .link import ConnectionLink
-from .records import Peer, RelayLimits
+from ..relay.auth import Authorizer
+from ..relay.core import Relay
+from ..relay.records import Peer, RelayLimits
+from . import transport
+from .peer_link import ConnectionLink
+from .quic_backend import QuicSettings
 
 logger = logging.getLogger(__name__)
 
