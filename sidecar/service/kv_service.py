@@ -44,11 +44,10 @@ from sidecar.service.errors import (
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
 from sidecar.transfer.publisher import PublishedPrompt, PublishError
+from sidecar.transfer.resume import LoadBudget, load_resuming
 from sidecar.transfer.subscriber import (
     KVSink,
-    KVSubscriber,
     LoadedChunk,
-    LoadResult,
     RejectedChunk,
     StopReason,
     contiguous_spans,
@@ -58,21 +57,6 @@ from sidecar.transfer.subscriber import (
 from sidecar.transfer.track_quality import DEFAULT_MAX_KL, QUALITY_ORDER, TrackChoice
 
 log = get_logger(__name__)
-
-FINISH_MARGIN_S = 0.2
-FINISH_MARGIN_SHARE = 0.1
-"""What a bounded step leaves of its bound for reporting how it ended: 0.2 s, or a tenth
-of a shorter bound (a few ms do on a local socket)."""
-
-RESUME_POLL_S = 0.1
-"""How often a load whose session was lost looks whether the link has seen it end, and then
-whether the prompt is published again."""
-
-
-def within(seconds: float) -> float:
-    """The part of a `seconds` bound that work inside it may plan for: the rest is left for
-    saying how it ended, before whoever set the bound gives up on it."""
-    return seconds - min(FINISH_MARGIN_S, FINISH_MARGIN_SHARE * seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +76,6 @@ class ServiceSettings:
     max_buffer_sets: int = 64
     max_published_bytes: int = 4 << 30
     """KV copies and encoded tracks kept for published prompts; the oldest go first."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadBudget:
-    """A load's time: `seconds` from its start to its deadline, and how long it waits for a
-    relay session lost mid-load to come back (`relay_wait`, counted from the loss); the
-    deadline bounds both."""
-
-    seconds: float
-    relay_wait: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,18 +334,16 @@ class KVService:
         set_id: str,
         token_ids: Sequence[int],
         destination: Placement,
-        deadline: float,
+        budget: LoadBudget,
         tracks: Sequence[str] = (),
         held: int = 0,
-        relay_wait: float | None = None,
         write_tokens: int = 0,
         max_kl: float | None = None,
     ) -> AsyncIterator[LoadEvent]:
-        """Each chunk as it is written, then the outcome; `deadline` in seconds from now.
-        The load starts at the chunk that holds token `held`: the model server has the KV
-        of the tokens before it. `relay_wait`: see `LoadBudget` (None: the settings').
-        `write_tokens`: the tokens with slots in `destination` (0: all); the rest name the
-        prompt only. `max_kl`: the quality floor (None: the settings')."""
+        """Each chunk as it is written, then the outcome, within `budget`. The load starts
+        at the chunk that holds token `held`: the model server has the KV of the tokens
+        before it. `write_tokens`: the tokens with slots in `destination` (0: all); the rest
+        name the prompt only. `max_kl`: the quality floor (None: the settings')."""
         buffers = self._request(set_id, token_ids)
         writable = write_tokens or len(token_ids)
         if not 0 <= held < writable <= len(token_ids):
@@ -381,13 +353,13 @@ class KVService:
                 " past token_ids"
             )
         buffers.check(destination, writable)
-        if deadline <= 0:
-            raise DeadlineExceeded(f"the deadline passed {-deadline:.3f} s before the load")
+        if budget.seconds <= 0:
+            raise DeadlineExceeded(f"the deadline passed {-budget.seconds:.3f} s before the load")
         choice = self._track_choice(tracks, max_kl)
         log.info(
             "load_started",
             tokens=len(token_ids),
-            deadline=round(deadline, 3),
+            deadline=round(budget.seconds, 3),
             max_kl=choice.max_kl,
         )
         events: asyncio.Queue[LoadEvent | Exception] = asyncio.Queue()
@@ -396,9 +368,7 @@ class KVService:
                 buffers,
                 token_ids,
                 destination,
-                LoadBudget(
-                    deadline, self.settings.relay_wait if relay_wait is None else relay_wait
-                ),
+                budget,
                 choice,
                 range(held, writable),
                 events.put_nowait,
@@ -451,15 +421,10 @@ class KVService:
             written.append(kept)
             emit(ChunkWritten(kept))
 
-        results: list[LoadResult] = []
         fetched: list[LoadedChunk] = []  # as the subscriber writes them: however the load ends
         local = self._local.lookup(buffers.model, token_ids)
-        # A hard bound too: the subscriber's rule plans chunks inside the deadline, but a
-        # relay gone silent can hold a request past it, and the client must still get
-        # LoadFinished (what was written) before its own deadline. The subscriber's own
-        # deadline comes a margin earlier (`within`), so a load merely out of time ends
-        # through it, with its result.
-        bound = asyncio.timeout(budget.seconds)
+        prompt, available = (local.prompt, local.tokens) if local else (None, 0)
+        rejected: tuple[RejectedChunk, ...] = ()
         try:
             # What this sidecar published itself comes from its memory; the relay may have a
             # longer prompt (the query extends it), to load the rest from.
@@ -469,32 +434,20 @@ class KVService:
                 stop = self._load_local(local, write, held)
                 start = max(held, local.tokens)
             if self.link.subscriber is not None and start < len(token_ids):
-                async with bound:
-                    await self._load_resuming(
-                        buffers, token_ids, write, budget, choice, start, results, fetched
-                    )
-                further = results[-1].stopped
-                if local is None or further is not StopReason.NOT_FOUND:
-                    stop = further
+                resumed = await load_resuming(
+                    self.link, buffers.model, token_ids, write, budget, choice, start,
+                    buffers.device, fetched.append,
+                )  # fmt: skip
+                if local is None or resumed.stopped is not StopReason.NOT_FOUND:
+                    stop = resumed.stopped
+                if resumed.prompt is not None and resumed.available > available:
+                    prompt, available = resumed.prompt, resumed.available
+                rejected = resumed.rejected
         except asyncio.CancelledError:
             stop = StopReason.CANCELLED
-        except TimeoutError:
-            # The deadline, or (from a MoQT request) a relay silent past the request timeout:
-            # `written` says what landed. A relay lost mid-load and not back in time is
-            # RELAY_GONE, not the deadline's fault.
-            resuming = bool(results) and results[-1].stopped is StopReason.RELAY_GONE
-            stop = (
-                StopReason.DEADLINE if bound.expired() and not resuming else StopReason.RELAY_GONE
-            )
         except Exception as exc:
             emit(exc)
             return
-        prompt, available = (local.prompt, local.tokens) if local else (None, 0)
-        rejected: tuple[RejectedChunk, ...] = ()
-        for result in results:
-            if result.prompt is not None and result.available > available:
-                prompt, available = result.prompt, result.available
-            rejected += result.rejected
         outcome = LoadOutcome(
             len(token_ids),
             stop,
@@ -508,78 +461,6 @@ class KVService:
         )
         self._account(outcome, clock() - started)
         emit(outcome)
-
-    async def _load_resuming(
-        self,
-        buffers: BufferSet,
-        token_ids: Sequence[int],
-        write: KVSink,
-        budget: LoadBudget,
-        choice: TrackChoice,
-        held: int,
-        results: list[LoadResult],
-        fetched: list[LoadedChunk],
-    ) -> None:
-        """Load through the relay session from the chunk that holds token `held`; when the
-        session is lost mid-load, wait up to `budget.relay_wait` for the link to reconnect
-        and go on from the first chunk not yet in place, until a load ends for another
-        reason (bound it from outside: the deadline). `results` gets each session's result,
-        the last one saying why the load ended, and `fetched` each chunk as it is written.
-
-        A relay that restarted knows no prompt until their publishers have reconnected and
-        announced them again, so after a loss NOT_FOUND means "not yet": tried again every
-        `RESUME_POLL_S` within the same wait (and not recorded, so that the load then ends
-        RELAY_GONE)."""
-        first_chunk = held // self.link.chunk_size
-        loop = asyncio.get_running_loop()
-        end = loop.time() + within(budget.seconds)
-        lost: KVSubscriber | None = None
-        give_up: float | None = None  # loop time, once a session is lost
-        while True:
-            subscriber = await self._session_after(lost, give_up)
-            if subscriber is None:  # none came back in time: the last result says RELAY_GONE
-                return
-            try:
-                result = await subscriber.load(
-                    buffers.model,
-                    token_ids,
-                    write,
-                    end - loop.time(),
-                    choice=choice,
-                    first_chunk=first_chunk,
-                    on_loaded=fetched.append,
-                    device=buffers.device,
-                )
-            except (MoqtApiError, ConnectionError):
-                result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
-            if lost is not None and result.stopped is StopReason.NOT_FOUND:
-                assert give_up is not None
-                if loop.time() + RESUME_POLL_S > give_up:
-                    return
-                await asyncio.sleep(RESUME_POLL_S)
-                continue
-            results.append(result)
-            if result.stopped is not StopReason.RELAY_GONE or not subscriber.session.closed:
-                return
-            in_place = [range(held), *(chunk.tokens for chunk in fetched)]
-            first_chunk = leading_tokens(contiguous_spans(in_place)) // self.link.chunk_size
-            log.info("load_resuming", first_chunk=first_chunk, wait=budget.relay_wait)
-            lost = subscriber
-            give_up = loop.time() + budget.relay_wait
-
-    async def _session_after(
-        self, lost: KVSubscriber | None, give_up: float | None
-    ) -> KVSubscriber | None:
-        """The link's subscriber once it is up on a session other than `lost`; None if
-        none is by `give_up` (loop time; None: no bound but the caller's)."""
-        try:
-            async with asyncio.timeout_at(give_up):
-                while (subscriber := await self.link.subscriber_when_up()) is lost:
-                    # the link has not seen the lost session end yet
-                    await asyncio.sleep(RESUME_POLL_S)
-                return subscriber
-        except TimeoutError:
-            return None
 
     def _track_choice(self, tracks: Sequence[str], max_kl: float | None) -> TrackChoice:
         """The request's tracks (all, best first, if it names none) and floor (the settings'

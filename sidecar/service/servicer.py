@@ -32,9 +32,10 @@ from sidecar.service.errors import (
     RequestError,
     Unavailable,
 )
-from sidecar.service.kv_service import KVService, LoadOutcome, within
+from sidecar.service.kv_service import KVService, LoadOutcome
 from sidecar.tensors.errors import HandleError, HandleUnavailable, InvalidHandle
 from sidecar.tensors.handles import TensorHandle
+from sidecar.transfer.resume import LoadBudget, within
 from sidecar.transfer.subscriber import StopReason
 
 log = get_logger(__name__)
@@ -115,10 +116,9 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
                     request.buffer_set_id,
                     request.token_ids,
                     messages.placement(request.destination, "destination"),
-                    self._deadline(request, context),
+                    self._budget(request, context),
                     request.tracks,
                     request.held_tokens,
-                    _relay_wait(request),
                     request.write_tokens,
                     _max_kl(request),
                 )
@@ -140,27 +140,25 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
             refusal = next(r for e, r in _HANDLE_REFUSALS.items() if isinstance(exc, e))
             raise refusal(f"{type(handle).__name__} does not open: {exc}") from None
 
-    def _deadline(self, request: pb.LoadRequest, context: grpc.aio.ServicerContext) -> float:
-        """Seconds left: the earlier of the request's deadline and the call's gRPC deadline."""
-        budgets = []
+    def _budget(self, request: pb.LoadRequest, context: grpc.aio.ServicerContext) -> LoadBudget:
+        """The load's one budget, from now: the earliest of the request's deadline and the
+        call's gRPC deadline (else the sidecar's `load_seconds`), and the request's wait for
+        a lost relay session (else the sidecar's `relay_wait`)."""
+        settings = self.service.settings
+        bounds = []
         if request.HasField("deadline"):
-            budgets.append(request.deadline.ToNanoseconds() / 1e9 - time.time())
+            bounds.append(request.deadline.ToNanoseconds() / 1e9 - time.time())
         remaining = context.time_remaining()
         if remaining is not None:
             # A load planned to the call's deadline itself would race it and end in
             # DEADLINE_EXCEEDED with no word of what was written.
-            budgets.append(within(remaining))
-        return min(budgets) if budgets else self.service.settings.load_seconds
-
-
-def _relay_wait(request: pb.LoadRequest) -> float | None:
-    """The request's wait for a lost relay session, in seconds; None: the sidecar's."""
-    if not request.HasField("relay_wait"):
-        return None
-    seconds = request.relay_wait.ToNanoseconds() / 1e9
-    if seconds < 0:
-        raise InvalidArgument(f"relay_wait is {seconds:.3f} s: a wait is >= 0")
-    return seconds
+            bounds.append(within(remaining))
+        relay_wait = settings.relay_wait
+        if request.HasField("relay_wait"):
+            relay_wait = request.relay_wait.ToNanoseconds() / 1e9
+            if relay_wait < 0:
+                raise InvalidArgument(f"relay_wait is {relay_wait:.3f} s: a wait is >= 0")
+        return LoadBudget.starting_now(min(bounds, default=settings.load_seconds), relay_wait)
 
 
 def _max_kl(request: pb.LoadRequest | pb.LookupRequest) -> float | None:
