@@ -4,9 +4,8 @@ Session-scoped because loading the model and reading the KV cost seconds; the KV
 the disk cache (sidecar/models/kv_store.py), extracted once per machine. Tests that use them
 are marked `model` (and `slow` where the first extraction may run).
 
-Also a self-signed certificate per test module (`cert`) and a relay process per test
-(`relay`, tests/moqt/test_relay_harness.py); a module or directory that needs the relay for
-longer, or another `relay`, defines its own fixture of that name.
+Also a self-signed certificate per test module (`cert`), and relay processes
+(tests/support/relay.py): one per test (`relay`) or one per module (`module_relay`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from transformers import PreTrainedModel
 from sidecar.models import kv_store
 from sidecar.models.smollm2 import load_model
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
-from tests.moqt.test_relay_harness import RelayProcess, running_relay
+from tests.support.relay import RelayProcess, running_relay
 
 PROMPT_TOKENS = 4096
 
@@ -98,6 +97,15 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
 
 @pytest.fixture
 def relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
-    """On aioquic; a test parametrized `relay` indirectly (RELAY_BACKENDS) names the stack."""
+    """A relay process of the test's own (it may kill it); on aioquic, or the stack a test
+    parametrizing `relay` indirectly (RELAY_BACKENDS) names."""
+    with running_relay(cert, backend=getattr(request, "param", "aioquic")) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def module_relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
+    """One relay process for a module's tests, which share it (and its cache); on aioquic,
+    or the stack a module parametrizing `module_relay` indirectly names."""
     with running_relay(cert, backend=getattr(request, "param", "aioquic")) as process:
         yield process

@@ -19,7 +19,7 @@ from sidecar.moqt.aio.tls import (
     generate_certificate,
     write_certificate,
 )
-from tests.moqt.test_relay_harness import STACKS
+from tests.support.relay import STACKS
 
 
 def run_cert(*args: str) -> subprocess.CompletedProcess[str]:

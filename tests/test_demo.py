@@ -4,7 +4,6 @@ left running answer, and Ctrl-C or SIGTERM stops every one."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -25,31 +24,7 @@ import pytest
 
 from sidecar.address import free_udp_port
 from sidecar.moqt.aio.tls import write_certificate
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    """Pids whose environment carries `marker`: the demo and everything it started."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in environ:
-            found.append(int(entry.name))
-    return found
-
-
-def stop_marked(marker: str) -> list[int]:
-    """SIGKILL every process carrying `marker` (what a failed test leaves of a demo or bench
-    it started, whatever their parents did); the pids it found."""
-    found = processes_with_marker(marker)
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return found
+from tests.support.processes import processes_with_marker, stop_marked
 
 
 class Lines:

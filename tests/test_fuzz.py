@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.targets import TARGETS
-from tests.moqt.test_relay_harness import REPO
+from tests.support.relay import REPO
 
 RUN_SECONDS = 3
 GROWTH_LIMIT_MB = 2048

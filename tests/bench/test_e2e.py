@@ -9,8 +9,7 @@ import pytest
 
 from sidecar.demo.children import python_with
 from sidecar.moqt.aio.quic_backend import INTERNET_DATAGRAM_SIZE, fastest_relay_backend
-from tests.bench.bench_run import run_bench
-from tests.bench.test_plots import assert_png
+from tests.support.bench_run import assert_png, run_bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.bench_run import run_bench
+from tests.support.bench_run import run_bench
 
 TOKENS = 256
 EDGES = 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.demo.vllm_engines import unavailable_reason
-from tests.bench.bench_run import run_bench
+from tests.support.bench_run import run_bench
 
 
 def test_layout_bench_copies_every_layout_exactly_both_ways(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from kvmoq_client.buffers import orphaned_shared_memory_files
 
-from tests.bench.bench_run import run_bench
+from tests.support.bench_run import run_bench
 
 TOKENS = 256
 

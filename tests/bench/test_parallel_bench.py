@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.bench_run import run_bench
+from tests.support.bench_run import run_bench
 
 TOKENS = 512
 FP16_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 2

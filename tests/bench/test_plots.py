@@ -12,19 +12,9 @@ from typing import Any
 import pytest
 
 from bench import codec, e2e, transport
+from tests.support.bench_run import assert_png
 
-MIN_PNG_BYTES = 10_000
 """Axes, labels and bars at these sizes take 20-60 KB; an empty figure takes about 3 KB."""
-
-
-def assert_png(path: Path) -> None:
-    """`path` is a PNG that decodes to a figure-sized image with something drawn on it."""
-    from matplotlib.image import imread
-
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert path.stat().st_size > MIN_PNG_BYTES
-    height, width, _ = imread(path).shape
-    assert width > 400 and height > 300
 
 
 def transport_figures(relay: bool = True) -> dict[str, Any]:

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.demo.vllm_engines import unavailable_reason
-from tests.bench.bench_run import run_bench
-from tests.bench.test_plots import assert_png
+from tests.support.bench_run import assert_png, run_bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.timeout(900)]
 

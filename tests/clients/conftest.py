@@ -9,31 +9,22 @@ from pathlib import Path
 import pytest
 
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import RelayProcess, running_relay
-from tests.service.sidecar_proc import SidecarProcess, running_sidecar, shm_directory
-
-CHUNK = 16
-"""Small chunks: a few dozen synthetic tokens span several MoQT groups."""
+from tests.support.relay import RelayProcess
+from tests.support.sidecar import CHUNK, SidecarProcess, running_sidecar, shm_directory
 
 
 @pytest.fixture(scope="module")
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def prefill(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+def prefill(module_relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
     """The sidecar of the model server that computes and publishes prompts."""
-    with running_sidecar(relay.url, cert, "--chunk-size", str(CHUNK)) as process:
+    with running_sidecar(module_relay.url, cert, "--chunk-size", str(CHUNK)) as process:
         process.wait_ready()
         yield process
 
 
 @pytest.fixture(scope="module")
-def decode(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+def decode(module_relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
     """The sidecar of another model server, which loads what `prefill` published."""
-    with running_sidecar(relay.url, cert, "--chunk-size", str(CHUNK)) as process:
+    with running_sidecar(module_relay.url, cert, "--chunk-size", str(CHUNK)) as process:
         process.wait_ready()
         yield process
 

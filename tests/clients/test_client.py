@@ -31,10 +31,8 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 from sidecar.demo.children import Children
 from sidecar.demo.nodes import start_sidecar
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.service.sidecar_proc import SidecarProcess
-
-from .conftest import CHUNK
+from tests.support.relay import RelayProcess
+from tests.support.sidecar import CHUNK, SidecarProcess
 
 DOWN_S = 20.0
 """Down this long, gRPC's default backoff made a client find the restarted sidecar only
@@ -140,12 +138,12 @@ def test_no_sidecar_is_unavailable_unless_the_client_waits_for_one(tmp_path: Pat
 
 @pytest.mark.slow
 def test_a_restarted_sidecar_is_found_again_within_a_second(
-    relay: RelayProcess, cert: CertificatePaths, tmp_path: Path
+    module_relay: RelayProcess, cert: CertificatePaths, tmp_path: Path
 ) -> None:
     """A container restart keeps the socket path; the client's channel must not back off
     for longer than `RECONNECT_WITHIN_S` (gRPC's own backoff grows to minutes)."""
     with Children() as children, KVCacheClient(f"unix://{tmp_path}/sidecar.sock") as client:
-        first = start_sidecar(children, "sidecar", relay.url, cert.cert, tmp_path)
+        first = start_sidecar(children, "sidecar", module_relay.url, cert.cert, tmp_path)
         with pytest.raises(NotFound):
             client.unregister_buffers("none")
         first.child.process.kill()
@@ -155,7 +153,7 @@ def test_a_restarted_sidecar_is_found_again_within_a_second(
             with pytest.raises(Unavailable):
                 client.unregister_buffers("none")
             time.sleep(0.2)
-        start_sidecar(children, "sidecar", relay.url, cert.cert, tmp_path)
+        start_sidecar(children, "sidecar", module_relay.url, cert.cert, tmp_path)
         time.sleep(RECONNECT_WITHIN_S + 0.5)
         with pytest.raises(NotFound):  # answered by the new sidecar
             client.unregister_buffers("none")

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from sidecar.models.corpus import pydoc_text
 from sidecar.models.smollm2 import MODEL_NAME, load_tokenizer
-from tests.service.sidecar_proc import SidecarProcess
+from tests.support.sidecar import SidecarProcess
 
 PROMPT_TOKENS = 150
 NEW_TOKENS = 24

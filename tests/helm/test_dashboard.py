@@ -14,7 +14,7 @@ from sidecar.demo.children import Children
 from sidecar.demo.nodes import start_sidecar
 from sidecar.moqt.aio.tls import write_certificate
 from tests.helm.chart import CHART, find, needs_helm, render
-from tests.moqt.test_relay_harness import running_relay
+from tests.support.relay import running_relay
 
 pytestmark = needs_helm
 

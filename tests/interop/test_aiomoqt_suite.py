@@ -24,7 +24,7 @@ import pytest
 
 from sidecar.address import free_udp_port
 from tests.interop.harness import AIOMOQT_PYTHON
-from tests.moqt.test_relay_harness import RELAY_PYTHON
+from tests.support.relay import RELAY_PYTHON
 
 pytestmark = [
     pytest.mark.interop,

@@ -19,7 +19,7 @@ import pytest
 from tests.interop.conftest import StartPeer
 from tests.interop.harness import PROGRAMS, Program
 from tests.interop.scenario import TrackSpec, discovery_chain, received, relay_chain
-from tests.moqt.test_relay_harness import RELAY_PYTHON
+from tests.support.relay import RELAY_PYTHON
 
 READY = re.compile(r"relay started")
 _ADAPTER = (

@@ -15,7 +15,7 @@ from sidecar.moqt.relay.auth import sign
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer
 from tests.interop.scenario import TrackSpec, received
-from tests.moqt.test_relay_harness import running_relay
+from tests.support.relay import running_relay
 
 pytestmark = pytest.mark.interop
 

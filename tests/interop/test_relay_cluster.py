@@ -17,7 +17,7 @@ from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer
 from tests.interop.harness import RelayPeer
 from tests.interop.scenario import TrackSpec, discovery_chain, received
-from tests.moqt.test_relay_harness import ClusterRelay, cluster_relay, edge_flags
+from tests.support.relay import ClusterRelay, cluster_relay, edge_flags
 
 PAIRS = [("aiomoqt", "moqrs"), ("moqrs", "aiomoqt")]
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from sidecar.kvcache.catalog import payload_digest
 from sidecar.kvcache.naming import chunk_links
-
-from .test_catalog import VECTOR_INT8_CHUNK0, vector_catalog
+from tests.support.vectors import VECTOR_INT8_CHUNK0, vector_catalog
 
 DOC = Path(__file__).parents[2] / "docs" / "wire-format.md"
 

@@ -18,7 +18,7 @@ from sidecar.kvcache.signing import (
     CatalogTrust,
     Refusal,
 )
-from tests.kvcache.test_catalog import VECTOR_BYTES
+from tests.support.vectors import VECTOR_BYTES
 
 # Test vector, also in docs/wire-format.md: the catalog vector signed with the Ed25519 key
 # whose 32-byte seed is 00 01 .. 1f (Ed25519 signatures are deterministic).

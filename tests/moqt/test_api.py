@@ -6,13 +6,11 @@ import asyncio
 import dataclasses
 import hashlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 
 import pytest
 
-from sidecar.address import free_udp_port
-from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio import api
 from sidecar.moqt.aio.quic_backend import MiB, QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.errors import (
@@ -23,7 +21,8 @@ from sidecar.moqt.protocol.errors import (
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.moqt.relay.records import RelayLimits
-from tests.moqt.test_relay_harness import STACKS
+from tests.support.aio import run
+from tests.support.relay import STACKS, publisher_server
 
 HOST = "127.0.0.1"
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2-135m", b"0123abcd")
@@ -35,37 +34,9 @@ def settings(cert: CertificatePaths) -> QuicSettings:
     return QuicSettings.loopback(ca_file=cert.cert)
 
 
-def run(main: Callable[[], Awaitable[None]], timeout: float = 60) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(main(), timeout)
-
-    transport.run(bounded())
-
-
 def payload(group: int, obj: int, size: int = 100) -> bytes:
     seed = hashlib.sha256(f"{group}/{obj}".encode()).digest()
     return (seed * (size // len(seed) + 1))[:size]
-
-
-@asynccontextmanager
-async def publisher_server(
-    settings: QuicSettings, cert: CertificatePaths, publisher: api.Publisher
-) -> AsyncIterator[tuple[str, list[api.Session]]]:
-    sessions: list[api.Session] = []
-    port = free_udp_port()
-    server = await api.serve(
-        HOST,
-        port,
-        settings,
-        cert=cert.cert,
-        key=cert.key,
-        publisher=publisher,
-        on_session=sessions.append,
-    )
-    try:
-        yield f"moqt://localhost:{port}/kv", sessions
-    finally:
-        server.close()
 
 
 async def write_groups(

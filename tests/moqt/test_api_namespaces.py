@@ -10,8 +10,8 @@ import pytest
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.model import FullTrackName, Location
-from tests.moqt.test_api import publisher_server, run
-from tests.moqt.test_relay_harness import RelayProcess, settings_for
+from tests.support.aio import run
+from tests.support.relay import RelayProcess, publisher_server, settings_for
 
 PREFIX = (b"kvcache.moq.arpa/v1", b"smollm2-135m")
 FIRST = (*PREFIX, b"0123abcd")

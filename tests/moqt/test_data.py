@@ -24,8 +24,7 @@ from sidecar.moqt.protocol.data import (
 from sidecar.moqt.protocol.errors import DecodeError, MoqtError, ObjectTooLarge, SessionErrorCode
 from sidecar.moqt.protocol.model import ObjectStatus
 from sidecar.moqt.protocol.wire import decode_kvps, encode_varint
-
-from .strategies import datagrams, fetch_objects, subgroup_streams, varints
+from tests.support.strategies import datagrams, fetch_objects, subgroup_streams, varints
 
 
 def _encode_subgroup(header: SubgroupHeader, objects: list[SubgroupObject]) -> bytes:

@@ -18,8 +18,7 @@ from sidecar.moqt.protocol.model import (
     TrackObject,
 )
 from sidecar.moqt.protocol.wire import encode_varint
-
-from .strategies import MESSAGE_STRATEGIES, messages
+from tests.support.strategies import MESSAGE_STRATEGIES, messages
 
 
 def test_every_message_type_has_a_strategy() -> None:

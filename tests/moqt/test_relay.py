@@ -6,17 +6,14 @@ Every test runs a real `kvmoq relay` process and real MoQT sessions over QUIC on
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
 
-from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.quic_backend import QuicSettings, load_backend
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.data import FetchHeader, FetchObject, ObjectBody
@@ -37,14 +34,22 @@ from sidecar.moqt.protocol.events import (
     TrackStatusRequested,
 )
 from sidecar.moqt.protocol.messages import FilterType, StandaloneFetch, SubscriptionFilter
-from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
-from tests.moqt.test_relay_harness import (
+from sidecar.moqt.protocol.model import Location, ObjectStatus
+from tests.support.aio import run
+from tests.support.relay import (
+    FROM_START,
+    NAMESPACE,
     RELAY_BACKENDS,
     REPO,
+    TRACK,
     Client,
     RelayProcess,
+    Sessions,
     accept,
+    announce,
+    expected,
     payload,
+    received,
     running_relay,
     send_groups,
 )
@@ -52,62 +57,12 @@ from tests.moqt.test_relay_harness import (
 # Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
 pytestmark = pytest.mark.timing
 
-NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-1")
-TRACK = FullTrackName(NAMESPACE, b"fp16")
-FROM_START = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))
-
-
-def run(main: Callable[[], Awaitable[None]]) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(main(), 60)
-
-    transport.run(bounded())
-
-
-class Sessions:
-    """Opens client sessions to one relay and closes them all at the end."""
-
-    def __init__(self, relay: RelayProcess, cert: CertificatePaths) -> None:
-        self.relay, self.cert = relay, cert
-        self._contexts: list[object] = []
-
-    async def open(self, **settings: object) -> Client:
-        client = Client()
-        context = transport.connect(
-            self.relay.url, dataclasses.replace(self.relay.settings, **settings), client.attach
-        )
-        await context.__aenter__()
-        self._contexts.append(context)
-        return client
-
-    async def close(self, client: Client) -> None:
-        assert client.connection is not None
-        client.connection.close()
-        await client.connection.wait_closed()
-
-    async def __aenter__(self) -> Sessions:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for context in reversed(self._contexts):
-            await context.__aexit__(None, None, None)  # type: ignore[attr-defined]
-
-
-async def announce(publisher: Client, namespace: tuple[bytes, ...] = NAMESPACE) -> None:
-    request_id = publisher.moqt.publish_namespace(namespace)
-    publisher.send()
-    await publisher.next(RequestAccepted, lambda e: e.request_id == request_id)
-
 
 async def subscribe(client: Client, filter: SubscriptionFilter = FROM_START) -> int:
     request_id = client.moqt.subscribe(TRACK, filter=filter)
     client.send()
     await client.next(RequestAccepted, lambda e: e.request_id == request_id)
     return request_id
-
-
-def received(client: Client, request_id: int) -> list[tuple[int, int, bytes]]:
-    return sorted((e.group_id, e.object_id, e.payload) for e in client.objects(request_id))
 
 
 async def all_acknowledged(client: Client) -> None:
@@ -138,10 +93,6 @@ def answer_fetch(publisher: Client, request_id: int) -> None:
             moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
     moqt.end_stream(stream)
     publisher.send()
-
-
-def expected(groups: int, objects: int, size: int) -> list[tuple[int, int, bytes]]:
-    return [(g, o, payload(g, o, size)) for g in range(groups) for o in range(objects)]
 
 
 @dataclass
@@ -450,7 +401,7 @@ def test_a_subscriber_that_stops_reading_falls_behind_alone(
     flags = ("--max-queued-bytes", str(1 << 20), "--cache-bytes", str(4 << 20))
     with running_relay(cert, *flags, backend=backend) as relay:
         size = str(relay.settings.max_datagram_size)
-        argv = [sys.executable, "-m", "tests.moqt.test_relay_harness", relay.url, str(cert.cert)]
+        argv = [sys.executable, "-m", "tests.support.relay", relay.url, str(cert.cert)]
         stalled: list[subprocess.Popen[str]] = []
 
         async def main() -> None:

@@ -37,8 +37,8 @@ from sidecar.moqt.protocol.messages.parameters import (
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.moqt.relay.auth import AuthError, Authorizer, Grant, sign
-from tests.moqt.test_api import run
-from tests.moqt.test_relay_harness import (
+from tests.support.aio import run
+from tests.support.relay import (
     RelayProcess,
     cluster_relay,
     edge_flags,
@@ -323,7 +323,10 @@ def test_sidecars_present_their_token_files_to_a_guarded_relay(
     sidecars share a prompt key (`--prompt-key`): the relay sees keyed prompt ids."""
     from kvmoq_client.v1 import kv_cache_pb2 as pb
 
-    from tests.service.sidecar_proc import (
+    from tests.support.sidecar import (
+        CHUNK,
+        LAYOUT,
+        MODEL,
         ContiguousKV,
         load,
         publish_whole,
@@ -332,7 +335,6 @@ def test_sidecars_present_their_token_files_to_a_guarded_relay(
         spans,
         synthetic_kv,
     )
-    from tests.service.test_sidecar_transfer import CHUNK, LAYOUT, MODEL
 
     files = {}
     for name, claims in {

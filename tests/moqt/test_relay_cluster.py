@@ -24,23 +24,21 @@ from sidecar.moqt.protocol.events import (
     SubscribeRequested,
     SubscriptionEnded,
 )
-from tests.moqt.test_relay import (
+from tests.support.aio import run
+from tests.support.relay import (
     FROM_START,
     NAMESPACE,
-    TRACK,
-    Sessions,
-    announce,
-    expected,
-    received,
-    run,
-)
-from tests.moqt.test_relay_harness import (
     RELAY_BACKENDS,
+    TRACK,
     Client,
     ClusterRelay,
+    Sessions,
     accept,
+    announce,
     cluster_relay,
     edge_flags,
+    expected,
+    received,
     send_groups,
 )
 

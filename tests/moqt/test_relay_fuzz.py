@@ -25,16 +25,19 @@ from sidecar.moqt.protocol.events import DataStreamEnded, RequestAccepted, Subsc
 from sidecar.moqt.protocol.messages import DRAFT_14, ClientSetup, SetupParameters, StandaloneFetch
 from sidecar.moqt.protocol.model import Location
 from sidecar.moqt.protocol.wire import Reader, encode_varint
-from tests.moqt import strategies
-from tests.moqt.test_relay import FROM_START, NAMESPACE, TRACK, expected, received
-from tests.moqt.test_relay_harness import (
+from tests.support import strategies
+from tests.support.relay import (
+    FROM_START,
     HOST,
+    NAMESPACE,
     RELAY_BACKENDS,
+    TRACK,
     Client,
     RelayProcess,
     accept,
+    expected,
     payload,
-    running_relay,
+    received,
     send_groups,
 )
 
@@ -59,12 +62,6 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
-
-
-@pytest.fixture(scope="module", params=RELAY_BACKENDS)
-def relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert, backend=request.param) as process:
-        yield process
 
 
 @pytest.fixture(scope="module")
@@ -142,14 +139,15 @@ def _fetch_header(request_id: int) -> bytes:
     return FetchHeader(request_id).encode() + b"\x00\x00\x00\x80\x00\x01"
 
 
+@pytest.mark.parametrize("module_relay", RELAY_BACKENDS, indirect=True)
 class TestHostileInput:
     def test_bad_sessions_close_alone(
-        self, relay: RelayProcess, cert: CertificatePaths, loop: LoopThread
+        self, module_relay: RelayProcess, cert: CertificatePaths, loop: LoopThread
     ) -> None:
-        bystanders = loop.run(_start_bystanders(relay, cert))
+        bystanders = loop.run(_start_bystanders(module_relay, cert))
 
         def check(unidirectional: bool, data: bytes, fin: bool, codes: set[int]) -> None:
-            code = loop.run(hostile_session(relay, cert, unidirectional, data, fin))
+            code = loop.run(hostile_session(module_relay, cert, unidirectional, data, fin))
             assert code in codes, f"closed with {code:#x}"
 
         violation = {SessionErrorCode.PROTOCOL_VIOLATION}
@@ -181,7 +179,7 @@ class TestHostileInput:
 
         for case in (garbage_then_fin, control_lengths, stream_types, subgroups, unknown_fetches):
             case()
-        loop.run(_bystanders_still_work(bystanders, relay, cert))
+        loop.run(_bystanders_still_work(bystanders, module_relay, cert))
 
 
 class Bystanders:

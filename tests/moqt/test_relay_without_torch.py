@@ -23,8 +23,9 @@ from sidecar.moqt.aio.quic_backend import BACKENDS
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
 from sidecar.transfer.track_quality import TrackChoice
-from tests.moqt.test_relay_harness import RELAY_PYTHON, running_relay
-from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, network, synthetic_kv
+from tests.support.relay import RELAY_PYTHON, running_relay
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(

@@ -26,8 +26,7 @@ from sidecar.moqt.protocol.errors import (
 from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location, ObjectStatus
 from sidecar.moqt.protocol.session import MoqtSession, SessionLimits
 from sidecar.moqt.protocol.wire import encode_varint
-
-from .quic_pair import STACKS, SessionPair
+from tests.support.quic_pair import STACKS, SessionPair
 
 T = TypeVar("T")
 

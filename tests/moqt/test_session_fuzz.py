@@ -12,9 +12,8 @@ from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol import messages as m
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.model import FullTrackName, Location
-
-from .quic_pair import SessionPair
-from .strategies import messages
+from tests.support.quic_pair import SessionPair
+from tests.support.strategies import messages
 
 _fuzz = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -22,15 +22,14 @@ from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (f
 from tests.interop.harness import RelayPeer
 from tests.interop.peers.pattern import object_payload, object_size
 from tests.interop.scenario import TrackSpec, received
-
-from .udp_client import UdpClient
+from tests.support.udp_client import UdpClient
 
 RELAYS = ("moqrs", "aiomoqt")
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
 @pytest.fixture
-def relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPeer:  # noqa: F811
+def peer_relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPeer:  # noqa: F811
     peer = start_peer(request.param, "relay")
     assert isinstance(peer, RelayPeer)
     peer.wait_ready()
@@ -38,8 +37,8 @@ def relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPeer:  
 
 
 @pytest.fixture
-def client(relay: RelayPeer, certs: Certs) -> Iterator[UdpClient]:  # noqa: F811
-    client = UdpClient("127.0.0.1", relay.port, certs.ca)
+def client(peer_relay: RelayPeer, certs: Certs) -> Iterator[UdpClient]:  # noqa: F811
+    client = UdpClient("127.0.0.1", peer_relay.port, certs.ca)
     client.run_until(lambda events: any(isinstance(e, ev.SetupCompleted) for e in events), 10)
     yield client
     client.close()
@@ -106,14 +105,14 @@ def until_last_object(answer: Answerer) -> Callable[[list[MoqtEvent]], bool]:
     return done
 
 
-@pytest.mark.parametrize("relay", RELAYS, indirect=True)
+@pytest.mark.parametrize("peer_relay", RELAYS, indirect=True)
 def test_subscribe_through_relay_to_aiomoqt_publisher(
-    relay: RelayPeer,
+    peer_relay: RelayPeer,
     client: UdpClient,
     start_peer: StartPeer,  # noqa: F811
 ) -> None:
     spec = TrackSpec(namespace="kvtest/sub")
-    start_peer("aiomoqt", "pub", url=relay.url, **spec.params()).wait_ready()
+    start_peer("aiomoqt", "pub", url=peer_relay.url, **spec.params()).wait_ready()
     answer = Answerer(client, spec)
     request_id = client.session.subscribe(FullTrackName((b"kvtest", b"sub"), b"t0"))
     client.run_until(until_last_object(answer), spec.timeout)
@@ -136,9 +135,9 @@ def test_subscribe_through_relay_to_aiomoqt_publisher(
 PUBLISH_PAIRS = [("moqrs", "aiomoqt"), ("aiomoqt", "moqrs"), ("aiomoqt", "aiomoqt")]
 
 
-@pytest.mark.parametrize(("relay", "subscriber"), PUBLISH_PAIRS, indirect=["relay"])
+@pytest.mark.parametrize(("peer_relay", "subscriber"), PUBLISH_PAIRS, indirect=["peer_relay"])
 def test_publish_through_relay_to_independent_subscriber(
-    relay: RelayPeer,
+    peer_relay: RelayPeer,
     client: UdpClient,
     start_peer: StartPeer,  # noqa: F811
     subscriber: str,
@@ -152,7 +151,7 @@ def test_publish_through_relay_to_independent_subscriber(
         return any(isinstance(e, ev.RequestAccepted) for e in events)
 
     client.run_until(accepted, 10)
-    peer = start_peer(subscriber, "sub", url=relay.url, **spec.params())
+    peer = start_peer(subscriber, "sub", url=peer_relay.url, **spec.params())
 
     def subscriber_done(events: list[MoqtEvent]) -> bool:
         answer(events)
@@ -164,9 +163,9 @@ def test_publish_through_relay_to_independent_subscriber(
     assert received(peer) == spec.expected()
 
 
-@pytest.mark.parametrize("relay", RELAYS, indirect=True)
+@pytest.mark.parametrize("peer_relay", RELAYS, indirect=True)
 def test_fetch_cached_groups_from_relay(
-    relay: RelayPeer,
+    peer_relay: RelayPeer,
     client: UdpClient,
     start_peer: StartPeer,  # noqa: F811
 ) -> None:
@@ -177,7 +176,7 @@ def test_fetch_cached_groups_from_relay(
     keeps no past groups). moq-rs serves one group per FETCH, so groups are fetched one at
     a time."""
     spec = TrackSpec(namespace="kvtest/fetch", objects=2, sizes=[100, 20_000], timeout=15.0)
-    start_peer("aiomoqt", "pub", url=relay.url, **spec.params()).wait_ready()
+    start_peer("aiomoqt", "pub", url=peer_relay.url, **spec.params()).wait_ready()
     answer = Answerer(client, spec)
     track = FullTrackName((b"kvtest", b"fetch"), b"t0")
     client.session.subscribe(track)

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import hashlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import MoqtEvent, SessionClosed, SubscribeRequested
 from sidecar.moqt.protocol.model import FullTrackName
-from tests.moqt.test_relay_harness import STACKS
+from tests.support.aio import run
+from tests.support.relay import STACKS
 
 # Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
 pytestmark = pytest.mark.timing
@@ -36,13 +37,6 @@ HOST = "127.0.0.1"
 @pytest.fixture(params=STACKS)
 def settings(request: pytest.FixtureRequest, cert: CertificatePaths) -> QuicSettings:
     return QuicSettings.loopback(backend=request.param, ca_file=cert.cert)
-
-
-def run(main: Callable[[], Awaitable[None]], timeout: float = 30) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(main(), timeout)
-
-    transport.run(bounded())
 
 
 class Recorder:

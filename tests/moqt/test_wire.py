@@ -20,8 +20,7 @@ from sidecar.moqt.protocol.wire import (
     encode_tuple,
     encode_varint,
 )
-
-from .strategies import kvp_lists, locations, namespaces, varints
+from tests.support.strategies import kvp_lists, locations, namespaces, varints
 
 
 @pytest.mark.parametrize(

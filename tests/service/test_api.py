@@ -22,8 +22,8 @@ from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import RelayProcess, running_relay
-from tests.service.sidecar_proc import (
+from tests.support.relay import RelayProcess
+from tests.support.sidecar import (
     ContiguousKV,
     PagedKV,
     SidecarProcess,
@@ -39,24 +39,18 @@ MAX_TOKENS = 256
 
 
 @pytest.fixture(scope="module")
-def relay(cert: CertificatePaths) -> Iterator[RelayProcess]:
-    with running_relay(cert) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def sidecar(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+def sidecar(module_relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
     flags = ("--chunk-size", "16", "--max-request-tokens", str(MAX_TOKENS))
-    with running_sidecar(relay.url, cert, *flags) as process:
+    with running_sidecar(module_relay.url, cert, *flags) as process:
         process.wait_ready()
         yield process
 
 
 @pytest.fixture(scope="module")
-def peer(relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
+def peer(module_relay: RelayProcess, cert: CertificatePaths) -> Iterator[SidecarProcess]:
     """A second sidecar on the relay: a relay routes no request back to the session it
     came from, so what one sidecar publishes, another one loads."""
-    with running_sidecar(relay.url, cert, "--chunk-size", "16") as process:
+    with running_sidecar(module_relay.url, cert, "--chunk-size", "16") as process:
         process.wait_ready()
         yield process
 
@@ -436,7 +430,7 @@ def test_a_query_that_extends_a_prompt_published_here_loads_the_rest_through_the
     """This sidecar published a prompt's first two chunks, the peer the whole prompt: the
     lookup finds the peer's, longer, and a load takes the first two chunks from this
     sidecar's memory and only the other two through the relay."""
-    from tests.service.sidecar_proc import publish_whole, synthetic_kv
+    from tests.support.sidecar import publish_whole, synthetic_kv
 
     def own() -> Path:
         return Path(tempfile.mkdtemp(dir=shm))

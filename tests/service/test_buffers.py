@@ -9,7 +9,7 @@ import torch
 from sidecar.kvcache.layout import KVLayout
 from sidecar.service.buffers import BlockIds, BufferSet, KVBuffer, KVPart, Paged
 from sidecar.service.errors import InvalidArgument
-from tests.service.sidecar_proc import synthetic_kv
+from tests.support.sidecar import synthetic_kv
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float16")
 BLOCK, BLOCKS = 4, 8

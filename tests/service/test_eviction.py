@@ -6,8 +6,8 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.service.sidecar_proc import ContiguousKV, running_sidecar, shm_directory, synthetic_kv
+from tests.support.relay import RelayProcess
+from tests.support.sidecar import ContiguousKV, running_sidecar, shm_directory, synthetic_kv
 
 MODEL = "SmolLM2-135M"
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")

@@ -17,8 +17,8 @@ from kvmoq_client.client import KVCacheClient
 from kvmoq_client.requests import paged_blocks
 
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import running_relay
-from tests.service.sidecar_proc import running_sidecar
+from tests.support.relay import running_relay
+from tests.support.sidecar import running_sidecar
 
 pytestmark = pytest.mark.cuda
 

@@ -24,8 +24,8 @@ from kvmoq_client.v1 import kv_cache_pb2 as pb
 from sidecar.address import free_udp_port
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import RelayProcess, running_relay
-from tests.service.sidecar_proc import (
+from tests.support.relay import RelayProcess, running_relay
+from tests.support.sidecar import (
     ContiguousKV,
     PagedKV,
     SidecarProcess,
@@ -113,7 +113,7 @@ def a_big_load_under_way(
     """A relay (on `port`), a prefill sidecar that publishes a `BIG_PROMPT`-token prompt in
     fp16, and a decoder sidecar whose Load of it (more LoadRequest fields in `request`,
     `timeout` the call's) has just written its first chunk."""
-    from tests.service.sidecar_proc import publish_whole, synthetic_kv
+    from tests.support.sidecar import publish_whole, synthetic_kv
 
     prompt = list(range(seed * 10_000, seed * 10_000 + BIG_PROMPT))
     kv = synthetic_kv(BIG, len(prompt), seed=seed)
@@ -232,7 +232,7 @@ def test_prompts_outlive_their_killed_publisher_in_the_relay_cache(
     loads, on a decoder that loaded it before and on one that never asked, and Lookup says
     the prompt is withdrawn once the relay has noticed (on the decoder that heard of it
     while it was published: the other never heard of it, and still finds and loads it)."""
-    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
+    from tests.support.sidecar import ContiguousKV, publish_whole, synthetic_kv
 
     prompt = list(range(8000, 8064))
     kv = synthetic_kv(LAYOUT, len(prompt), seed=3)
@@ -413,7 +413,7 @@ def test_a_load_stuck_on_a_silent_relay_still_ends_with_load_finished(
     """The relay stops answering mid-load and the client's gRPC deadline is short: the
     sidecar ends the load a margin before that deadline and reports what it wrote
     (nothing here), instead of the call ending in DEADLINE_EXCEEDED with no word."""
-    from tests.service.sidecar_proc import ContiguousKV, publish_whole, synthetic_kv
+    from tests.support.sidecar import ContiguousKV, publish_whole, synthetic_kv
 
     prompt = list(range(7000, 7064))
     kv = synthetic_kv(LAYOUT, len(prompt), seed=1)

@@ -13,7 +13,7 @@ from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.layout import KVLayout
 from sidecar.transfer.adapt import chunk_sizes, load_seconds_estimate
 from sidecar.transfer.track_quality import TrackChoice
-from tests.service.sidecar_proc import synthetic_kv
+from tests.support.sidecar import synthetic_kv
 
 ANY_TRACK = TrackChoice(max_kl=math.inf)
 """No quality floor: the deadline rule alone."""

@@ -13,7 +13,7 @@ from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.service.relay_link import Backoff, RelayLink
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
-from tests.moqt.test_relay_harness import running_relay, settings_for
+from tests.support.relay import running_relay, settings_for
 
 WAIT_S = 30.0
 

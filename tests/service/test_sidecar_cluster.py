@@ -10,8 +10,11 @@ import torch
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import cluster_relay, edge_flags
-from tests.service.sidecar_proc import (
+from tests.support.relay import cluster_relay, edge_flags
+from tests.support.sidecar import (
+    CHUNK,
+    LAYOUT,
+    MODEL,
     ContiguousKV,
     load,
     publish_whole,
@@ -20,7 +23,6 @@ from tests.service.sidecar_proc import (
     spans,
     synthetic_kv,
 )
-from tests.service.test_sidecar_transfer import CHUNK, LAYOUT, MODEL
 
 
 @pytest.mark.slow

@@ -19,8 +19,11 @@ from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
 from sidecar.transfer.track_quality import DEFAULT_MAX_KL, MEASURED
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.service.sidecar_proc import (
+from tests.support.relay import RelayProcess
+from tests.support.sidecar import (
+    CHUNK,
+    LAYOUT,
+    MODEL,
     ContiguousKV,
     PagedKV,
     load,
@@ -30,10 +33,6 @@ from tests.service.sidecar_proc import (
     spans,
     synthetic_kv,
 )
-
-MODEL = "SmolLM2-135M"
-LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")
-CHUNK = 16
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
 from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.transfer.publisher import KVPublisher, PayloadHook
-from tests.transfer.kv_net import layout_of
+from tests.support.kv_net import layout_of
 
 
 async def publish(args: argparse.Namespace) -> None:

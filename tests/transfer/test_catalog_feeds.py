@@ -7,9 +7,9 @@ import asyncio
 
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.catalog_feed import CatalogFeeds
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import network, run
-from tests.transfer.test_lookup_announcements import publish
+from tests.support.aio import run
+from tests.support.kv_net import network, publish
+from tests.support.relay import RelayProcess
 
 
 def test_a_feed_left_while_its_subscribe_is_unanswered_leaves_the_track_free(

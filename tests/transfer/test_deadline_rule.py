@@ -24,8 +24,9 @@ from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher, PublishedPrompt
 from sidecar.transfer.subscriber import KVSubscriber, LoadResult, StopReason
 from sidecar.transfer.track_quality import TrackChoice
-from tests.moqt.test_relay_harness import RelayProcess, settings_for
-from tests.transfer.kv_net import MODEL, lossy_link, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, lossy_link, synthetic_kv
+from tests.support.relay import RelayProcess, settings_for
 
 # Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
 pytestmark = [pytest.mark.slow, pytest.mark.timing]

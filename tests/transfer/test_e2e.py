@@ -21,8 +21,9 @@ from sidecar.models.kv import forward_with_kv, kv_layout
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
 from sidecar.transfer.track_quality import TrackChoice
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import MODEL, layout_of, network, publisher_process, run
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, layout_of, network, publisher_process
+from tests.support.relay import RelayProcess
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -24,8 +24,8 @@ from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason
 from tests.interop.certs import Certs
 from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (fixtures)
 from tests.interop.harness import RelayPeer
-from tests.transfer.kv_net import MODEL, run, synthetic_kv
-from tests.transfer.test_lookup_announcements import answers, eventually
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, answers, eventually, synthetic_kv
 
 pytestmark = pytest.mark.interop
 

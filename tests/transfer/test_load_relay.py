@@ -23,8 +23,9 @@ from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import Availability, KVSubscriber, StopReason, expected_kl
 from sidecar.transfer.track_quality import MEASURED, TrackChoice
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, network, synthetic_kv
+from tests.support.relay import RelayProcess
 
 LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float32")
 CHUNK = 16

@@ -16,8 +16,9 @@ from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.publisher import KVPublisher
 from sidecar.transfer.subscriber import KVSubscriber, StopReason
-from tests.moqt.test_relay_harness import running_relay
-from tests.transfer.kv_net import MODEL, lossy_link, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, lossy_link, synthetic_kv
+from tests.support.relay import running_relay
 
 # Times loads over paced links or stall watches: scripts/test.sh runs it alone (see there).
 pytestmark = pytest.mark.timing

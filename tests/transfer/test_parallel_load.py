@@ -22,8 +22,9 @@ from sidecar.transfer.parallel import (
 )
 from sidecar.transfer.subscriber import LoadedChunk, LoadResult, RejectedChunk, StopReason
 from sidecar.transfer.track_quality import TrackChoice
-from tests.moqt.test_relay_harness import RelayProcess, settings_for
-from tests.transfer.kv_net import MODEL, Network, network, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, Network, network, synthetic_kv
+from tests.support.relay import RelayProcess, settings_for
 
 LAYOUT = KVLayout(num_layers=3, num_kv_heads=2, head_dim=16, dtype="float32")
 CHUNK = 16

@@ -21,8 +21,9 @@ from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.messages import StandaloneFetch
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.transfer.publisher import KVPublisher, PublishedPrompt, PublishError
-from tests.moqt.test_relay_harness import settings_for
-from tests.transfer.kv_net import MODEL, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, synthetic_kv
+from tests.support.relay import settings_for
 
 HOST = "127.0.0.1"
 TIMEOUT = 30.0

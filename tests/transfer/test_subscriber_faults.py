@@ -15,8 +15,9 @@ from sidecar.kvcache.naming import PromptName, prompt_id
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.subscriber import StopReason
-from tests.moqt.test_relay_harness import RelayProcess
-from tests.transfer.kv_net import MODEL, network, run, synthetic_kv
+from tests.support.aio import run
+from tests.support.kv_net import MODEL, network, synthetic_kv
+from tests.support.relay import RelayProcess
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float32")
 CHUNK = 8

@@ -20,7 +20,7 @@ from sidecar.demo.vllm_engines import MODEL_DIR, REPO, VLLM_PYTHON, Engine, Outp
 from sidecar.kvcache.naming import chunk_count
 from sidecar.models.corpus import text_token_ids
 from sidecar.transfer.track_quality import DEFAULT_MAX_KL
-from tests.transfer.kv_net import publisher_process
+from tests.support.kv_net import publisher_process
 from tests.vllm.conftest import Stack
 
 pytestmark = pytest.mark.slow

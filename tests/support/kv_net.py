@@ -1,7 +1,7 @@
 """A real relay process, and KV publishers and subscribers on real QUIC sessions to it.
 
 Shared by the transfer tests (no tests here). The relay is `python -m sidecar.cli relay`,
-started as an operator would (tests/moqt/test_relay_harness.py), from the `cert` and `relay`
+started as an operator would (tests/support/relay.py), from the `cert` and `relay`
 fixtures of tests/conftest.py; publishers and subscribers
 are `KVPublisher`/`KVSubscriber` on `moqt.aio.api` sessions over 127.0.0.1.
 """
@@ -21,23 +21,14 @@ import torch
 
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, KVLayout
 from sidecar.kvcache.tracks import DEFAULT_TRACK
-from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio import api
 from sidecar.moqt.aio.quic_backend import QuicSettings
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.aio.transport import MoqtUrl
 from sidecar.transfer.publisher import KVPublisher, PayloadHook, PublishedPrompt
-from sidecar.transfer.subscriber import KVSubscriber
-from tests.moqt.test_relay_harness import REPO, settings_for
-
-MODEL = "SmolLM2-135M"
-TEST_TIMEOUT = 120.0
-
-
-def run(main: Callable[[], Awaitable[None]], timeout: float = TEST_TIMEOUT) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(main(), timeout)
-
-    transport.run(bounded())
+from sidecar.transfer.subscriber import Availability, KVSubscriber
+from tests.support.relay import REPO, settings_for
+from tests.support.sidecar import MODEL
 
 
 class Network:
@@ -170,3 +161,41 @@ def lossy_link(
     finally:
         process.kill()
         process.wait(10)
+
+
+PROMPT_LAYOUT = KVLayout(num_layers=2, num_kv_heads=2, head_dim=8, dtype="float32")
+"""The layout of the small prompts `publish` announces and publishes."""
+PROMPT_CHUNK = 16
+ANNOUNCE_WAIT_S = 10.0
+"""Bounds the wait for announcements and catalog reads on a busy machine."""
+
+
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait until `check` holds: announcements and catalog reads run in the background."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + ANNOUNCE_WAIT_S
+    while not await check():
+        assert loop.time() < end, "never held"
+        await asyncio.sleep(0.02)
+
+
+def answers(
+    subscriber: KVSubscriber, token_ids: list[int], want: Availability
+) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await subscriber.lookup(MODEL, token_ids) == want
+
+    return check
+
+
+async def publish(
+    publisher: KVPublisher, session: api.Session, token_ids: list[int], seed: int
+) -> tuple[PublishedPrompt, torch.Tensor]:
+    """`token_ids` announced on `session` and every chunk of it published."""
+    kv = synthetic_kv(len(token_ids), PROMPT_LAYOUT, seed)
+    prompt = publisher.prompt(
+        MODEL, PROMPT_LAYOUT, token_ids, tracks=("int8",), chunk_size=PROMPT_CHUNK
+    )
+    await session.publish_namespace(prompt.namespace)
+    await prompt.publish(kv)
+    return prompt, kv

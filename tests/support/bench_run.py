@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.test_demo import processes_with_marker, stop_marked
+from tests.support.processes import processes_with_marker, stop_marked
 
 
 @dataclass
@@ -47,3 +47,16 @@ def run_bench(name: str, report_path: Path, *args: str, timeout: float = 300) ->
         raise
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return BenchRun(result, json.loads(report_path.read_text()), marker)
+
+
+MIN_PNG_BYTES = 10_000
+
+
+def assert_png(path: Path) -> None:
+    """`path` is a PNG that decodes to a figure-sized image with something drawn on it."""
+    from matplotlib.image import imread
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > MIN_PNG_BYTES
+    height, width, _ = imread(path).shape
+    assert width > 400 and height > 300

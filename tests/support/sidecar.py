@@ -1,9 +1,9 @@
 """A real `kvmoq sidecar` process, its API over the Unix socket, and KV buffers in shared
 memory that the test owns as a model server would.
 
-Shared by the service tests (no tests here). The sidecar runs as `python -m sidecar.cli
+Shared by the service tests. The sidecar runs as `python -m sidecar.cli
 sidecar`, started the way an operator starts it, with ports 0 (it prints the bound ones);
-the relay is `tests.moqt.test_relay_harness.running_relay`.
+the relay is `tests.support.relay.running_relay`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,13 @@ from kvmoq_client.v1 import tensor_handle_pb2 as handle_pb
 from sidecar.demo.nodes import http_get
 from sidecar.kvcache.layout import KVLayout
 from sidecar.moqt.aio.tls import CertificatePaths
-from tests.moqt.test_relay_harness import REPO
+from tests.support.relay import REPO
+
+MODEL = "SmolLM2-135M"
+"""The model prompts are published under (the KV of these tests is synthetic, small)."""
+LAYOUT = KVLayout(num_layers=4, num_kv_heads=2, head_dim=16, dtype="float16")
+CHUNK = 16
+"""Small chunks (`--chunk-size`): a few dozen synthetic tokens span several MoQT groups."""
 
 WAIT_S = 30.0
 """Bound on every wait for the sidecar (start, readiness, a log line); never asserted on."""

@@ -1,13 +1,13 @@
 """A real `kvmoq relay` process and MoQT clients that record what reaches them.
 
-Shared by the relay tests (no tests here). The relay always runs as its own process,
-started the way an operator starts it, so the tests cover the command line, the listening
-line and SIGTERM as well as the protocol.
+The relay always runs as its own process, started the way an operator starts it, so the
+tests cover the command line, the listening line and SIGTERM as well as the protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,7 @@ import pytest
 
 from sidecar.address import free_tcp_port, free_udp_port
 from sidecar.demo.children import CHECKOUT_RELAY_PYTHON
-from sidecar.moqt.aio import transport
+from sidecar.moqt.aio import api, transport
 from sidecar.moqt.aio.quic_backend import BACKENDS, SELF_SIZED, QuicSettings, installed
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.events import (
@@ -36,7 +36,8 @@ from sidecar.moqt.protocol.events import (
     SubscribeRequested,
     SubscriptionEnded,
 )
-from sidecar.moqt.protocol.model import FullTrackName
+from sidecar.moqt.protocol.messages import FilterType, SubscriptionFilter
+from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.moqt.protocol.session import MoqtSession
 from sidecar.moqt.relay.metrics import scrape
 
@@ -316,6 +317,77 @@ async def _subscribe_and_report(
 
 if __name__ == "__main__":
     # A subscriber in a process of its own, so a test can SIGSTOP it (a subscriber that
-    # stops reading) without stopping the publisher: python -m tests.moqt.test_relay_harness
+    # stops reading) without stopping the publisher: python -m tests.support.relay
     # URL CA '["namespace", "fields"]' TRACK DATAGRAM_SIZE
     transport.run(_subscribe_and_report(*sys.argv[1:6]))
+
+
+NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"prompt-1")
+TRACK = FullTrackName(NAMESPACE, b"fp16")
+FROM_START = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))
+
+
+class Sessions:
+    """Opens client sessions to one relay and closes them all at the end."""
+
+    def __init__(self, relay: RelayProcess, cert: CertificatePaths) -> None:
+        self.relay, self.cert = relay, cert
+        self._contexts: list[object] = []
+
+    async def open(self, **settings: object) -> Client:
+        client = Client()
+        context = transport.connect(
+            self.relay.url, dataclasses.replace(self.relay.settings, **settings), client.attach
+        )
+        await context.__aenter__()
+        self._contexts.append(context)
+        return client
+
+    async def close(self, client: Client) -> None:
+        assert client.connection is not None
+        client.connection.close()
+        await client.connection.wait_closed()
+
+    async def __aenter__(self) -> Sessions:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for context in reversed(self._contexts):
+            await context.__aexit__(None, None, None)  # type: ignore[attr-defined]
+
+
+async def announce(publisher: Client, namespace: tuple[bytes, ...] = NAMESPACE) -> None:
+    request_id = publisher.moqt.publish_namespace(namespace)
+    publisher.send()
+    await publisher.next(RequestAccepted, lambda e: e.request_id == request_id)
+
+
+def received(client: Client, request_id: int) -> list[tuple[int, int, bytes]]:
+    return sorted((e.group_id, e.object_id, e.payload) for e in client.objects(request_id))
+
+
+def expected(groups: int, objects: int, size: int) -> list[tuple[int, int, bytes]]:
+    return [(g, o, payload(g, o, size)) for g in range(groups) for o in range(objects)]
+
+
+@asynccontextmanager
+async def publisher_server(
+    settings: QuicSettings, cert: CertificatePaths, publisher: api.Publisher
+) -> AsyncIterator[tuple[str, list[api.Session]]]:
+    """A publishing application that serves its tracks itself (`api.serve`, no relay): its
+    URL, and the sessions it accepted as they come."""
+    sessions: list[api.Session] = []
+    port = free_udp_port()
+    server = await api.serve(
+        HOST,
+        port,
+        settings,
+        cert=cert.cert,
+        key=cert.key,
+        publisher=publisher,
+        on_session=sessions.append,
+    )
+    try:
+        yield f"moqt://localhost:{port}/kv", sessions
+    finally:
+        server.close()
