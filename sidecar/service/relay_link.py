@@ -3,9 +3,9 @@
 The relay is a separate process on another machine: it restarts, it is rolled, the link
 drops. `RelayLink.run` connects, announces every prompt this sidecar publishes (so
 subscribers are routed to it again), and when the session closes or the relay says GOAWAY
-it reconnects after a jittered exponential backoff. While it is down, `subscriber` is None:
-lookups find nothing and loads end at once, so the model server computes its tokens itself
-instead of waiting on a relay that may not come back.
+it reconnects after a jittered exponential backoff. While it is down (no `Connection`),
+`subscriber` is None: lookups find nothing and loads end at once, so the model server
+computes its tokens itself instead of waiting on a relay that may not come back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.kvcache.prefix_index import PrefixIndex
 from sidecar.kvcache.signing import TRUST_THE_RELAY, CatalogTrust
@@ -45,6 +45,16 @@ class Backoff:
     def delay(self, attempt: int) -> float:
         ceiling = min(self.maximum, self.initial * 2 ** min(attempt, 32))
         return random.uniform(ceiling / 2, ceiling)
+
+
+@dataclass(eq=False, slots=True)
+class Connection:
+    """The session the link is up on, the subscriber that loads through it, and the
+    namespaces announced on it: made whole when the session opens, dropped when it ends."""
+
+    session: api.Session
+    subscriber: KVSubscriber
+    announced: set[tuple[bytes, ...]] = field(default_factory=set)
 
 
 class RelayLink:
@@ -80,22 +90,33 @@ class RelayLink:
         path to the relay outlives a reconnect more often than not."""
         self._track_throughput: dict[str, ThroughputEstimate] = {}
         """The same per track (what Lookup's estimate times chunks with)."""
-        self.session: api.Session | None = None
-        self.subscriber: KVSubscriber | None = None
+        self._connection: Connection | None = None
         self._up = asyncio.Event()
+        """Set while `_connection` is (`_connect`): what waiting for a session awaits."""
         self._on_change = on_change
         self._sessions = 0
-        self._announced: set[tuple[bytes, ...]] = set()
 
     @property
     def up(self) -> bool:
-        return self.session is not None
+        return self._connection is not None
+
+    @property
+    def subscriber(self) -> KVSubscriber | None:
+        """The subscriber of the session the link is up on; None while it is down."""
+        return None if self._connection is None else self._connection.subscriber
 
     async def subscriber_when_up(self) -> KVSubscriber:
         """The session's subscriber, once there is one (bound the wait from outside)."""
-        while self.subscriber is None:
+        while self._connection is None:
             await self._up.wait()
-        return self.subscriber
+        return self._connection.subscriber
+
+    def _connect(self, connection: Connection | None) -> None:
+        self._connection = connection
+        if connection is None:
+            self._up.clear()
+        else:
+            self._up.set()
 
     async def run(self) -> None:
         attempt = 0
@@ -109,23 +130,17 @@ class RelayLink:
             except (ConnectionError, MoqtApiError, OSError, TimeoutError) as exc:
                 log.warning(RELAY_UNREACHABLE, url=self.url, error=str(exc), attempt=attempt)
             finally:
-                if self.subscriber is not None:
-                    self._throughput = self.subscriber.throughput
-                    self._track_throughput = self.subscriber.track_throughput
-                if self.session is not None:
-                    self.session = self.subscriber = None
-                    self._up.clear()
+                if (gone := self._connection) is not None:
+                    self._throughput = gone.subscriber.throughput
+                    self._track_throughput = gone.subscriber.track_throughput
+                    self._connect(None)
                     await self._changed(False, False)
             await asyncio.sleep(self.backoff.delay(attempt))
             attempt += 1
 
     async def _serve(self, session: api.Session) -> None:
-        """Announce what is published, go up, and return once the session is over."""
-        self.session = session
-        self._announced = set()
-        for namespace in sorted(self.publisher.namespaces):
-            await self.announce(namespace)
-        self.subscriber = KVSubscriber(
+        """Go up, announce what is published, and return once the session is over."""
+        subscriber = KVSubscriber(
             session,
             chunk_size=self.chunk_size,
             index=self.index,
@@ -133,7 +148,9 @@ class RelayLink:
             track_throughput=self._track_throughput,
             trust=self.trust,
         )
-        self._up.set()
+        self._connect(Connection(session, subscriber))
+        for namespace in sorted(self.publisher.namespaces):
+            await self.announce(namespace)
         self._sessions += 1
         log.info("relay_connected", url=self.url, session=self._sessions)
         await self._changed(True, self._sessions > 1)
@@ -151,12 +168,12 @@ class RelayLink:
     async def announce(self, namespace: tuple[bytes, ...]) -> None:
         """Route subscribers of `namespace` to this sidecar, once per session; a session
         opened later announces it by itself (`publisher.namespaces`)."""
-        session = self.session
-        if session is None or namespace in self._announced:
+        connection = self._connection
+        if connection is None or namespace in connection.announced:
             return
-        self._announced.add(namespace)
+        connection.announced.add(namespace)
         try:
-            await session.publish_namespace(namespace)
+            await connection.session.publish_namespace(namespace)
         except (ConnectionError, MoqtApiError, UsageError) as exc:
             # UsageError: the session ended before this link saw it; the next one announces
             # every published namespace, so a Publish must not fail for it.
@@ -164,11 +181,11 @@ class RelayLink:
 
     def withdraw(self, namespace: tuple[bytes, ...]) -> None:
         """Stop routing subscribers of `namespace` here (PUBLISH_NAMESPACE_DONE)."""
-        session = self.session
-        if session is None or namespace not in self._announced:
+        connection = self._connection
+        if connection is None or namespace not in connection.announced:
             return
-        self._announced.discard(namespace)
-        if not session.connection.closing:
+        connection.announced.discard(namespace)
+        if not connection.session.connection.closing:
             # The session may have dropped it already (the relay refused the announce).
             with contextlib.suppress(UsageError):
-                session.publish_namespace_done(namespace)
+                connection.session.publish_namespace_done(namespace)
