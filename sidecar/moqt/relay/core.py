@@ -255,7 +255,7 @@ class Relay:
 
     def resume(self, peer: Peer) -> None:
         """The peer's connection drained: write what waits for it. Never raises."""
-        peer.waiting_drain = False
+        peer.drained()
         self._guarded(peer, self.serving.flush)
 
     def _guarded(self, peer: Peer, action: Callable[[Peer], None]) -> None:
@@ -963,9 +963,8 @@ class Relay:
         self._peer_left(peer)
 
     def _peer_left(self, peer: Peer) -> None:
-        if peer.gone:
+        if not peer.leave():
             return
-        peer.gone = True
         self.peers.discard(peer)
         left = "the publisher left"
         lost_upstream = peer is self.upstream

@@ -220,6 +220,16 @@ class Track:
         return upstream
 
 
+class PeerPhase(Enum):
+    OPEN = auto()
+    """Its outbox is written while its connection has room."""
+    DRAINING = auto()
+    """Its connection's backlog was full with items still queued: a wake-up
+    (``Relay.resume``) is on its way."""
+    GONE = auto()
+    """It left: nothing more is queued, written or transmitted to it."""
+
+
 @dataclass(eq=False)
 class Peer:
     """One session through the relay, in whatever roles it plays."""
@@ -228,9 +238,8 @@ class Peer:
     link: PeerLink
     name: str
     outbox: Outbox = field(default_factory=Outbox)
-    waiting_drain: bool = False
-    flushing: bool = False
-    gone: bool = False
+    phase: PeerPhase = PeerPhase.OPEN
+    flushing: bool = False  # its outbox is being written (items written may queue more)
     downstreams: dict[int, Downstream] = field(default_factory=dict)
     fetches: dict[int, DownstreamFetch] = field(default_factory=dict)
     upstreams: dict[int, Track] = field(default_factory=dict)  # our SUBSCRIBE / their PUBLISH
@@ -239,6 +248,28 @@ class Peer:
     announced: set[Namespace] = field(default_factory=set)  # namespaces we told it of
     grant: Grant = field(default_factory=Grant.everything)  # what its token allows (auth)
     offers: dict[int, Offer] = field(default_factory=dict)  # our PUBLISHes awaiting PUBLISH_OK
+
+    @property
+    def gone(self) -> bool:
+        return self.phase is PeerPhase.GONE
+
+    def wait_for_drain(self) -> bool:
+        """Its backlog is full: whether to ask for a wake-up (none is on its way yet)."""
+        if self.phase is not PeerPhase.OPEN:
+            return False
+        self.phase = PeerPhase.DRAINING
+        return True
+
+    def drained(self) -> None:
+        if self.phase is PeerPhase.DRAINING:
+            self.phase = PeerPhase.OPEN
+
+    def leave(self) -> bool:
+        """It left; whether it had not already."""
+        if self.gone:
+            return False
+        self.phase = PeerPhase.GONE
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,8 +207,7 @@ class Serving:
             self._failed(peer)
         finally:
             peer.flushing = False
-        if peer.outbox and not peer.waiting_drain and not peer.gone:
-            peer.waiting_drain = True
+        if peer.outbox and peer.wait_for_drain():
             peer.link.wake_when_drained()
 
     # What writing each kind of item means; each returns True once the item is done.
