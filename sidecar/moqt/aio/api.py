@@ -1,37 +1,59 @@
 """The application API: publish tracks and push objects; subscribe, fetch and read objects.
 
 The session answers nothing by itself and the transport only moves events, so this is where
-a process's tracks meet its subscribers, and its own requests meet their answers:
+a process's tracks meet its subscribers, and its own requests meet their answers. The names
+an application uses are all here (`__all__`); they live in three modules:
 
-* `Publisher` holds a process's tracks (each a `PublishedTrack`), shared by all its
-  sessions. `track.put(...)` caches an object and sends it to every live subscription.
-  Serving them is not written here: the tracks are local tracks of a `relay.core.Relay`,
-  and every session hands that core the peer's SUBSCRIBE, FETCH, TRACK_STATUS and
-  SUBSCRIBE_NAMESPACE, so a kvmoq publisher answers exactly as a kvmoq relay does (cached
-  objects from an absolute start, FETCH from the cache, PUBLISH_NAMESPACE and PUBLISH to a
-  namespace subscriber). `await track.write(...)` also paces the writer to the track's
-  slowest subscriber (`WRITE_BACKLOG`). What the core
-  cannot do, being sans-I/O, stays here: a request for a track the publisher does not hold
-  yet waits for `Publisher.resolve` in a task, and is handed on once it is made.
-* `Session` is one MoQT session as the application sees it: `subscribe`, `fetch`,
-  `track_status` and `subscribe_namespace` return once the peer answered; objects, and the
-  namespaces announced under a prefix, arrive through async iterators.
+* `publishing`: `Publisher` holds a process's tracks (each a `PublishedTrack`), shared by
+  all its sessions. Serving them is not written there: the tracks are local tracks of a
+  `relay.core.Relay`, and every session hands that core the peer's SUBSCRIBE, FETCH,
+  TRACK_STATUS and SUBSCRIBE_NAMESPACE, so a kvmoq publisher answers exactly as a kvmoq
+  relay does (cached objects from an absolute start, FETCH from the cache,
+  PUBLISH_NAMESPACE and PUBLISH to a namespace subscriber). A request for a track the
+  publisher does not hold yet waits here for `Publisher.resolve` in a task, and is handed
+  on once it is made.
+* `receiving`: what the application reads (objects, announcements, each an async iterator
+  with a bound on what waits unread) and the errors the API raises.
+* this module: `Session`, one MoQT session as the application sees it (`subscribe`,
+  `fetch`, `track_status` and `subscribe_namespace` return once the peer answered), and
+  `connect` / `serve`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar
 
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.peer_link import ConnectionLink
-from sidecar.moqt.aio.quic_backend import MiB, QuicSettings
+from sidecar.moqt.aio.publishing import (
+    DEFAULT_TRACK_CACHE,
+    WRITE_BACKLOG,
+    PublishedTrack,
+    Publisher,
+)
+from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.receiving import (
+    DEFAULT_RECEIVE_BUFFER,
+    Announcement,
+    FetchReset,
+    FetchStream,
+    MoqtApiError,
+    NamespaceSubscription,
+    Object,
+    Queue,
+    ReceiveOverflow,
+    RequestRefused,
+    SessionGone,
+    Subscription,
+    TrackStatus,
+    object_of,
+)
 from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
@@ -40,7 +62,6 @@ from sidecar.moqt.protocol.errors import (
     UsageError,
 )
 from sidecar.moqt.protocol.messages import (
-    UNKNOWN_STREAM_COUNT,
     FilterType,
     StandaloneFetch,
     SubscriptionFilter,
@@ -48,394 +69,37 @@ from sidecar.moqt.protocol.messages import (
 from sidecar.moqt.protocol.model import (
     FullTrackName,
     Location,
-    ObjectStatus,
-    TrackObject,
     has_prefix,
 )
 from sidecar.moqt.protocol.session import MoqtSession
-from sidecar.moqt.relay.core import Relay
-from sidecar.moqt.relay.records import RelayLimits, Track
+
+__all__ = [
+    "DEFAULT_RECEIVE_BUFFER",
+    "DEFAULT_TRACK_CACHE",
+    "WRITE_BACKLOG",
+    "Announcement",
+    "FetchReset",
+    "FetchStream",
+    "MoqtApiError",
+    "NamespaceSubscription",
+    "Object",
+    "PublishedTrack",
+    "Publisher",
+    "ReceiveOverflow",
+    "RequestRefused",
+    "Session",
+    "SessionGone",
+    "Subscription",
+    "TrackStatus",
+    "connect",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-DEFAULT_TRACK_CACHE = 256 * MiB
-DEFAULT_RECEIVE_BUFFER = 256 * MiB
-WRITE_BACKLOG = 16 * MiB
-"""Bytes that may wait for one subscriber of a track before `PublishedTrack.write` waits:
-well under `RelayLimits.max_queued_bytes`, so a subscriber that keeps up with the network is
-never sent to read the cache instead (which a bounded track cache could evict first)."""
 REQUEST_TIMEOUT = 10.0
 MAX_PEER_NAMESPACES = 4096
 """Namespaces the peer announced that a session remembers for a later SUBSCRIBE_NAMESPACE
 (the oldest forgotten first): moq-rs announces every broadcast right after setup, unasked."""
-
-
-class MoqtApiError(Exception):
-    """Base of the errors this API raises to applications."""
-
-
-class RequestRefused(MoqtApiError):
-    """The peer answered a request with *_ERROR."""
-
-    def __init__(self, request: str, code: int, reason: str) -> None:
-        super().__init__(f"{request} refused: {reason or 'no reason'} (code {code:#x})")
-        self.request = request
-        self.code = code
-        self.reason = reason
-
-
-class SessionGone(MoqtApiError, ConnectionError):
-    """The session closed while a request or a stream of objects was still open."""
-
-
-class FetchReset(MoqtApiError):
-    """The peer reset a FETCH's data stream: its objects stop there, the session stays up.
-    A relay does this when its upstream leaves in the middle of the fetch."""
-
-
-class ReceiveOverflow(MoqtApiError):
-    """The application read objects slower than they came and the buffer bound was reached."""
-
-
-@dataclass(frozen=True, slots=True)
-class Object:
-    """One object as the application reads it."""
-
-    group_id: int
-    object_id: int
-    payload: bytes
-    extensions: bytes = b""
-    status: ObjectStatus = ObjectStatus.NORMAL
-
-    @property
-    def location(self) -> Location:
-        return Location(self.group_id, self.object_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Announcement:
-    """A namespace the peer announced (PUBLISH_NAMESPACE) or withdrew (PUBLISH_NAMESPACE_DONE)."""
-
-    namespace: tuple[bytes, ...]
-    published: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TrackStatus:
-    """TRACK_STATUS_OK: the newest object the publisher has (None: nothing yet)."""
-
-    largest: Location | None
-
-
-# Publishing -----------------------------------------------------------------------------
-
-
-class Publisher:
-    """The tracks one process publishes, served to every session that reaches it.
-
-    Serving is `relay.core`'s: the tracks are local tracks of a `Relay` that holds this
-    process's sessions as peers, so a SUBSCRIBE, FETCH, TRACK_STATUS or SUBSCRIBE_NAMESPACE
-    gets the answer a kvmoq relay gives, from the same code. `limits` bound what peers can
-    make it hold (`RelayLimits`); each track's objects are bounded by its `cache_bytes`;
-    `write_backlog` is how far a writer may run ahead of a track's slowest subscriber.
-    """
-
-    def __init__(
-        self, limits: RelayLimits | None = None, *, write_backlog: int = WRITE_BACKLOG
-    ) -> None:
-        self.relay = Relay(limits)
-        self.write_backlog = write_backlog
-        self._tracks: dict[FullTrackName, PublishedTrack] = {}
-        self._changed = asyncio.Event()
-
-    def track(
-        self,
-        namespace: tuple[bytes, ...],
-        name: bytes,
-        *,
-        cache_bytes: int = DEFAULT_TRACK_CACHE,
-    ) -> PublishedTrack:
-        """The track `namespace`/`name`, created on first use. The oldest groups past
-        `cache_bytes` go: subscribers that had not read them end TOO_FAR_BEHIND."""
-        full = FullTrackName(namespace, name)
-        track = self._tracks.get(full)
-        if track is None:
-            track = PublishedTrack(self, self.relay.open_local(full, cache_bytes))
-            self._tracks[full] = track
-        return track
-
-    def get(self, name: FullTrackName) -> PublishedTrack | None:
-        """The track `name` if it is held now: a request for it is answered at once."""
-        return self._tracks.get(name)
-
-    async def resolve(self, name: FullTrackName) -> PublishedTrack | None:
-        """A track `get` does not hold, made ready while the request for it waits.
-
-        Sessions call this only after `get` missed, from a task of their own, so a publisher
-        that must first produce a track (a KV track encoded on first request) does that work
-        without holding up the event loop. The default holds nothing beyond `get`.
-        """
-        return self.get(name)
-
-    def remove(self, namespace: tuple[bytes, ...]) -> None:
-        """Withdraw every track of `namespace`, so a long-running process does not keep all it
-        ever published: live subscriptions get PUBLISH_DONE (TRACK_ENDED), later requests
-        find no track, and sessions that were told of the namespace hear it is gone."""
-        for name in [name for name in self._tracks if name.namespace == namespace]:
-            self._tracks.pop(name).ended = True
-            self.relay.close_local(name)
-
-    @property
-    def namespaces(self) -> set[tuple[bytes, ...]]:
-        return {name.namespace for name in self._tracks}
-
-    def held_bytes(self, namespace: tuple[bytes, ...]) -> int:
-        """Object bytes the tracks of `namespace` keep cached."""
-        return self.relay.local_bytes(namespace)
-
-    def notify(self) -> None:
-        """A session's request was served, or a session's connection drained: what `until`
-        waits for may hold now."""
-        self._changed.set()
-
-    async def until(self, condition: Callable[[], bool]) -> None:
-        """Wait until `condition()` holds, checked at each `notify`."""
-        while not condition():
-            self._changed.clear()
-            await self._changed.wait()
-
-
-class PublishedTrack:
-    """A track this process writes; `Publisher.relay` serves it to subscribers."""
-
-    def __init__(self, publisher: Publisher, track: Track) -> None:
-        self.name = track.name
-        self.ended = False
-        self.largest: Location | None = None
-        self._publisher = publisher
-        self._track = track
-
-    def put(
-        self,
-        group_id: int,
-        object_id: int,
-        payload: bytes,
-        *,
-        extensions: bytes = b"",
-        end_of_group: bool = False,
-    ) -> None:
-        """Cache one object and send it to every live subscription.
-
-        Locations must increase: within a group by object id, and a new group above the last.
-        A group ends (its streams FIN) with `end_of_group` or when a later group begins.
-        Never waits (see `write`): a subscriber that falls behind reads the cache instead.
-        """
-        if self.ended:
-            raise UsageError(f"track {self.name} has ended")
-        location = Location(group_id, object_id)
-        if self.largest is not None and location <= self.largest:
-            raise UsageError(f"{location} is not after the largest object {self.largest}")
-        obj = TrackObject(object_id, payload, extensions=extensions)
-        try:
-            self._publisher.relay.write_local(self._track, group_id, obj, end_of_group=end_of_group)
-        except ValueError as exc:  # an object bigger than the whole track cache
-            raise UsageError(str(exc)) from None
-        self.largest = location
-
-    async def write(
-        self,
-        group_id: int,
-        object_id: int,
-        payload: bytes,
-        *,
-        extensions: bytes = b"",
-        end_of_group: bool = False,
-    ) -> None:
-        """`put`, then wait while more than `Publisher.write_backlog` bytes wait for one of
-        the track's subscribers: the writer goes at the pace of its slowest subscriber, as
-        a live source with a bounded cache must (one gone for good stops counting when its
-        session ends). Always yields to the event loop at least once."""
-        self.put(group_id, object_id, payload, extensions=extensions, end_of_group=end_of_group)
-        await asyncio.sleep(0)
-        publisher, relay = self._publisher, self._publisher.relay
-        await publisher.until(lambda: relay.queued_bytes(self._track) <= publisher.write_backlog)
-
-    def end(self) -> None:
-        """End the track: subscriptions get PUBLISH_DONE (TRACK_ENDED) once they have every
-        object; it is still served from the cache until `Publisher.remove`."""
-        self.ended = True
-        self._publisher.relay.end_local(self._track)
-
-    @property
-    def subscribers(self) -> int:
-        """Live subscriptions (on all sessions) to the track."""
-        return len(self._track.subscribers)
-
-    async def wait_subscribed(self) -> None:
-        """Wait until someone subscribes."""
-        await self._publisher.until(lambda: self.subscribers > 0)
-
-
-# Receiving ------------------------------------------------------------------------------
-
-
-class _Queue(Generic[T]):
-    """What arrived for the application and waits to be read: an async iterator that stops
-    once ended, and raises the error it failed with (dropping what was unread)."""
-
-    def __init__(self) -> None:
-        self._items: deque[T] = deque()
-        self._wakeup = asyncio.Event()
-        self._error: BaseException | None = None
-        self._ended = False
-
-    def put(self, item: T) -> bool:
-        """Queue an item; False if the queue refused it (and failed: see _ObjectQueue)."""
-        self._items.append(item)
-        self._wakeup.set()
-        return True
-
-    def end(self) -> None:
-        self._ended = True
-        self._wakeup.set()
-
-    def fail(self, error: BaseException) -> None:
-        if self._error is None and not self._ended:
-            self._error = error
-            self._items.clear()
-        self._wakeup.set()
-
-    @property
-    def finished(self) -> bool:
-        return self._ended or self._error is not None
-
-    def __aiter__(self) -> AsyncIterator[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        while not self._items:
-            if self._error is not None:
-                raise self._error
-            if self._ended:
-                raise StopAsyncIteration
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        return self._items.popleft()
-
-
-class _ObjectQueue(_Queue[Object]):
-    """Objects of one subscription or fetch, waiting for the application; bounded in bytes."""
-
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__()
-        self._bytes = 0
-        self._max_bytes = max_bytes
-
-    def put(self, item: Object) -> bool:
-        """Queue an object; False (and the queue fails) when the bound is exceeded."""
-        self._bytes += len(item.payload)
-        if self._bytes > self._max_bytes:
-            self.fail(ReceiveOverflow(f"more than {self._max_bytes} bytes unread"))
-            return False
-        return super().put(item)
-
-    async def __anext__(self) -> Object:
-        obj = await super().__anext__()
-        self._bytes -= len(obj.payload)
-        return obj
-
-
-class Subscription(_ObjectQueue):
-    """A SUBSCRIBE the peer accepted: iterate to read objects; ends after PUBLISH_DONE.
-
-    The iteration ends once PUBLISH_DONE came and as many data streams as it counts have
-    ended, so objects on streams that overtake nothing are never cut off.
-    """
-
-    def __init__(self, session: Session, request_id: int, track: FullTrackName) -> None:
-        super().__init__(session.receive_buffer)
-        self.session = session
-        self.request_id = request_id
-        self.track = track
-        self.largest: Location | None = None
-        self.done_status: int | None = None
-        self._streams_open: set[int] = set()
-        self._streams_ended = 0
-        self._expected_streams: int | None = None
-
-    async def unsubscribe(self) -> None:
-        """Stop the subscription; objects already queued can still be read."""
-        if not self.finished:
-            self.session.cancel(self)
-            self.end()
-
-    def _object(self, event: ev.ObjectReceived) -> None:
-        if event.stream_id is not None and event.stream_id not in self._streams_open:
-            self._streams_open.add(event.stream_id)
-        self.put(_object_of(event))
-
-    def _stream_over(self, stream_id: int) -> None:
-        self._streams_open.discard(stream_id)
-        self._streams_ended += 1
-        self._maybe_end()
-
-    def _publish_done(self, event: ev.SubscriptionEnded) -> None:
-        self.done_status = event.message.status_code
-        count = event.message.stream_count
-        self._expected_streams = None if count == UNKNOWN_STREAM_COUNT else count
-        self._maybe_end()
-
-    def _maybe_end(self) -> None:
-        if self.done_status is None or self._streams_open:
-            return
-        if self._expected_streams is None or self._streams_ended >= self._expected_streams:
-            self.session.forget(self)
-            self.end()
-
-
-class FetchStream(_ObjectQueue):
-    """A FETCH the peer accepted: iterate to read the objects; ends with the fetch stream."""
-
-    def __init__(self, session: Session, request_id: int) -> None:
-        super().__init__(session.receive_buffer)
-        self.session = session
-        self.request_id = request_id
-        self.end_location: Location | None = None
-        """FETCH_OK's End Location, in FETCH's encoding: the last object + 1 (0: whole group)."""
-
-    async def cancel(self) -> None:
-        if not self.finished:
-            self.session.cancel(self)
-            self.end()
-
-
-class NamespaceSubscription(_Queue[Announcement]):
-    """A SUBSCRIBE_NAMESPACE the peer accepted: iterate to read the announcements of the
-    namespaces under its prefix, those already published first; ends after `unsubscribe`.
-
-    Not bounded in bytes like the object queues: announcements are small, and the peer (a
-    relay) bounds how many namespaces it routes.
-    """
-
-    def __init__(self, session: Session, request_id: int, prefix: tuple[bytes, ...]) -> None:
-        super().__init__()
-        self.session = session
-        self.request_id = request_id
-        self.prefix = prefix
-
-    def covers(self, namespace: tuple[bytes, ...]) -> bool:
-        return has_prefix(namespace, self.prefix)
-
-    async def unsubscribe(self) -> None:
-        """UNSUBSCRIBE_NAMESPACE; announcements already queued can still be read."""
-        if not self.finished:
-            self.session.cancel(self)
-            self.end()
-
-
-def _object_of(event: ev.ObjectReceived) -> Object:
-    return Object(event.group_id, event.object_id, event.payload, event.extensions, event.status)
 
 
 # The session ----------------------------------------------------------------------------
@@ -625,7 +289,7 @@ class Session:
     def _on_object(self, event: ev.ObjectReceived) -> None:
         if event.source is ev.ObjectSource.FETCH:
             fetch = self._fetches.get(event.request_id)
-            if fetch is not None and not fetch.put(_object_of(event)):
+            if fetch is not None and not fetch.put(object_of(event)):
                 self.cancel(fetch)  # overflowed: failed already
             return
         subscription = self._subscriptions.get(event.request_id)
@@ -677,7 +341,7 @@ class Session:
         for future in self._replies.values():
             if not future.done():
                 future.set_exception(gone)
-        queues: list[_Queue[Any]] = [
+        queues: list[Queue[Any]] = [
             *self._subscriptions.values(),
             *self._fetches.values(),
             *self._namespace_subscriptions.values(),
