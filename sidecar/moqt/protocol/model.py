@@ -52,6 +52,11 @@ class GroupOrder(IntEnum):
     DESCENDING = 0x2
 
 
+def known_order(order: int) -> GroupOrder:
+    """Replies may only say ascending or descending; anything else counts as ascending."""
+    return GroupOrder.DESCENDING if order == GroupOrder.DESCENDING else GroupOrder.ASCENDING
+
+
 @dataclass(frozen=True, slots=True)
 class TrackObject:
     """One object as stored: the payload plus what a relay must forward untouched."""

@@ -5,6 +5,11 @@ and answers by calling methods of the ``MoqtSession`` objects of the peers invol
 needs of the I/O layer is three things per peer (``PeerLink``): whether its connection's send
 backlog is full, a nudge to transmit, and a wake-up (``Relay.resume``) once it drained.
 
+The work is split by job: ``records`` holds what the relay keeps (tracks, peers, downstream
+subscriptions and fetches), ``serving`` writes what goes down to peers (the outbox below),
+``fetching`` answers FETCH, and this module decides the rest: who may do what, whom to ask
+upstream, namespaces, local tracks, and what a peer's leaving ends.
+
 Why the per-peer outbox: a relay must not buffer without bound for a subscriber slower than
 its publisher, and it cannot slow the publisher down either (aioquic and qh3 grant flow
 control as data arrives, not as it is consumed). Everything bound for a peer goes through one
@@ -38,7 +43,6 @@ at its own pace instead of holding the writer back.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -56,36 +60,29 @@ from ..protocol.errors import (
 from ..protocol.messages import (
     FetchOk,
     FilterType,
-    JoiningFetch,
     PublishOk,
-    StandaloneFetch,
     Subscribe,
     SubscribeOk,
     SubscriptionFilter,
     TrackStatusOk,
-    fetch_end,
 )
 from ..protocol.model import (
     FullTrackName,
-    GroupOrder,
     Location,
     TrackObject,
     has_prefix,
+    known_order,
 )
 from ..protocol.session import MoqtSession
 from ..protocol.windows import (
     after,
-    end_object,
-    joining_range,
-    standalone_range,
-    whole_groups,
 )
 from .auth import AuthError, Authorizer, Grant
 from .cache import RelayCache
-from .outbox import EndStream, FetchEnd, FetchReplay, FetchSend
+from .fetching import Fetching
+from .outbox import EndStream
 from .records import (
     LOCAL_STREAM,
-    DownstreamFetch,
     Offer,
     Peer,
     PeerLink,
@@ -120,8 +117,6 @@ class Relay:
         # The relay this one is an edge of, while connected (see ``attach_upstream``).
         self.upstream: Peer | None = None
         self._upstream_prefixes: set[Namespace] = set()  # SUBSCRIBE_NAMESPACEs sent to it
-        # FETCHes sent upstream, by range, so a second FETCH of a range waits for the first.
-        self._inflight: dict[tuple[FullTrackName, Location, Location], DownstreamFetch] = {}
         self._local: set[FullTrackName] = set()  # opened here and not closed
         # Cached tracks nobody can send any more, and since when (``expire_orphans``).
         self._orphaned: dict[FullTrackName, float] = {}
@@ -131,6 +126,9 @@ class Relay:
             self.limits.max_queued_bytes,
             failed=self._fail,
             released=self._drop_idle,
+        )
+        self.fetching = Fetching(
+            self.cache, self.counters, self.serving, self.peers, self.limits.max_queued_bytes
         )
 
     # ------------------------------------------------------------------------------------
@@ -524,7 +522,7 @@ class Relay:
                 return
             assert track.upstream is not None
             track.upstream.state = UpstreamState.LIVE
-            track.group_order = _known_order(message.group_order)
+            track.group_order = known_order(message.group_order)
             if message.largest is not None and (
                 track.largest is None or message.largest > track.largest
             ):
@@ -534,22 +532,7 @@ class Relay:
                 if not subscriber.gone:
                     self._accept(subscriber, track, subscribe)
         elif isinstance(message, FetchOk):
-            fetch = peer.upstream_fetches.get(event.request_id)
-            if fetch is None or fetch.early is None:
-                return
-            early, fetch.early = fetch.early, None
-            if early and isinstance(early[-1], FetchEnd):  # upstream's stream is over
-                del peer.upstream_fetches[event.request_id]
-            if fetch.peer.gone or fetch.peer.fetches.get(fetch.request_id) is not fetch:
-                return  # cancelled, or its session left: it went on for its followers only
-            self.serving.session(fetch.peer).fetch_ok(
-                fetch.request_id,
-                message.end,
-                end_of_track=message.end_of_track,
-                group_order=_known_order(message.group_order),
-            )
-            for item in early:
-                self.serving.enqueue(fetch.peer, item)
+            self.fetching.accepted(peer, event.request_id, message)
         elif isinstance(message, PublishOk):
             offer = peer.offers.pop(event.request_id, None)
             if offer is None:
@@ -582,12 +565,7 @@ class Relay:
                 # the publisher has not announced again): wait on, and try again.
                 track.upstream = Upstream(peer, request_id, UpstreamState.LOST)
             self._drop_idle(track.name)
-        fetch = peer.upstream_fetches.pop(request_id, None)
-        if fetch is not None:
-            self._upstream_fetch_over(fetch, whole=False, reason=reason)
-        if fetch is not None and not fetch.peer.gone:
-            fetch.peer.fetches.pop(fetch.request_id, None)
-            self.serving.session(fetch.peer).reject(fetch.request_id, code, reason)
+        self.fetching.rejected(peer, request_id, code, reason)
         asker = peer.status_requests.pop(request_id, None)
         if asker is not None and not asker[0].gone:
             self.serving.session(asker[0]).reject(asker[1], code, reason)
@@ -639,7 +617,7 @@ class Relay:
             return
         self.serving.session(peer).publish_ok(message.request_id, group_order=message.group_order)
         track.attach(Upstream(peer, message.request_id, UpstreamState.LIVE, pushed=True))
-        track.group_order = _known_order(message.group_order)
+        track.group_order = known_order(message.group_order)
         track.largest = message.largest
         try:
             self._publish_namespace(peer, message.track.namespace)  # PUBLISH implies it
@@ -720,117 +698,10 @@ class Relay:
             peer, message.request_id, event.track.namespace, publish=False, code=unauthorized
         ):
             return
-        window = self._fetch_window(peer, message.target)
-        if window is None:
-            self.serving.session(peer).reject(
-                message.request_id, FetchErrorCode.INVALID_RANGE, "nothing to join"
-            )
-            return
-        start, end = window
-        fetch = DownstreamFetch(
-            peer,
-            message.request_id,
-            event.track,
-            start,
-            end,
-            message.group_order == GroupOrder.DESCENDING,
-        )
-        publisher = self._route(event.track, peer)
-        if publisher is None or self._cached_range(fetch):
-            self._fetch_from_cache(fetch)
-            return
-        leader = self._inflight.get(fetch.range)
-        if leader is not None:
-            leader.followers.append(fetch)
-            peer.fetches[message.request_id] = fetch
-            return
-        target = StandaloneFetch(event.track, start, end.group, end_object(end))
-        try:
-            request_id = self.serving.session(publisher).fetch(
-                target, group_order=message.group_order
-            )
-        except UsageError:
-            self._fetch_from_cache(fetch)
-            return
-        fetch.early = []
-        self.counters.fetches_sent += 1
-        publisher.upstream_fetches[request_id] = fetch
-        peer.fetches[message.request_id] = fetch
-        self._inflight[fetch.range] = fetch
-
-    def _upstream_fetch_over(self, fetch: DownstreamFetch, whole: bool, reason: str) -> None:
-        """The FETCH ``fetch`` sent upstream is over: its followers get the range from the
-        cache it filled, or (``whole`` False) FETCH_ERROR with ``reason``."""
-        if self._inflight.get(fetch.range) is fetch:
-            del self._inflight[fetch.range]
-        followers, fetch.followers = fetch.followers, []
-        for follower in followers:
-            if follower.peer.gone or follower.peer.fetches.get(follower.request_id) is not follower:
-                continue
-            if whole:
-                del follower.peer.fetches[follower.request_id]
-                self._fetch_from_cache(follower)
-            else:
-                self._refuse_fetch(follower, reason)
-
-    def _fetch_window(
-        self, peer: Peer, target: StandaloneFetch | JoiningFetch
-    ) -> tuple[Location, Location] | None:
-        if isinstance(target, StandaloneFetch):
-            return standalone_range(target)
-        sub = peer.downstreams.get(target.joining_request_id)
-        return None if sub is None else joining_range(target, sub.start)
-
-    def _cached_range(self, fetch: DownstreamFetch) -> bool:
-        """Whether the cache holds every group of the range that the track has."""
-        largest = self.cache.largest(fetch.track)
-        if largest is None or fetch.start.group > largest.group:
-            return False  # past what is cached: only the publisher knows whether it exists
-        last = min(fetch.end.group, largest.group)
-        cached = self.cache.group_ids(fetch.track, fetch.start.group, last)
-        if len(cached) != last - fetch.start.group + 1:  # ids are distinct: none missing
-            return False
-        groups = [self.cache.group(fetch.track, g) for g in cached]
-        return all(group is not None and group.complete for group in groups)
-
-    def _fetch_from_cache(self, fetch: DownstreamFetch) -> None:
-        objects = list(self.cache.objects(fetch.track, fetch.start, fetch.end))
-        session = self.serving.session(fetch.peer)
-        if not objects and not self.cache.has_track(fetch.track):
-            code, reason = FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
-            session.reject(fetch.request_id, code, reason)
-            return
-        if not objects:
-            session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
-            return
-        session.fetch_ok(
-            fetch.request_id,
-            fetch_end(objects),
-            group_order=GroupOrder.DESCENDING if fetch.descending else GroupOrder.ASCENDING,
-        )
-        groups = deque(dict.fromkeys(g for g, _ in objects))
-        if fetch.descending:
-            groups.reverse()
-        fetch.peer.fetches[fetch.request_id] = fetch
-        self.serving.enqueue(fetch.peer, FetchReplay(fetch, groups))
+        self.fetching.request(peer, message, event.track, self._route(event.track, peer))
 
     def _on_fetch_cancelled(self, peer: Peer, event: ev.FetchCancelled) -> None:
-        fetch = peer.fetches.pop(event.request_id, None)
-        if fetch is None:
-            return
-        peer.outbox.purge(fetch)
-        for leader in self._inflight.values():
-            if fetch in leader.followers:
-                leader.followers.remove(fetch)
-        if fetch.followers:
-            return  # its upstream FETCH goes on for them
-        for upstream in self.peers:
-            for request_id, pending in list(upstream.upstream_fetches.items()):
-                if pending is fetch:
-                    del upstream.upstream_fetches[request_id]
-                    self._upstream_fetch_over(fetch, whole=False, reason="cancelled")
-                    if not upstream.gone:
-                        self.serving.session(upstream).fetch_cancel(request_id)
+        self.fetching.cancelled(peer, event.request_id)
 
     # ------------------------------------------------------------------------------------
     # Objects from upstream.
@@ -847,10 +718,7 @@ class Relay:
         )
         self.counters.object_bytes_received += len(obj.payload)
         if event.source == ev.ObjectSource.FETCH:
-            fetch = peer.upstream_fetches.get(event.request_id)
-            if fetch is not None:
-                self.cache.add(fetch.track, event.group_id, obj, refill=True)
-                self._forward_fetched(peer, event.request_id, FetchSend(fetch, event.group_id, obj))
+            self.fetching.object(peer, event, obj)
             return
         track = peer.upstreams.get(event.request_id)
         if track is None:
@@ -884,14 +752,7 @@ class Relay:
 
     def _on_stream_ended(self, peer: Peer, event: ev.DataStreamEnded | ev.DataStreamReset) -> None:
         reset = isinstance(event, ev.DataStreamReset)
-        fetch = peer.upstream_fetches.get(event.request_id)
-        if fetch is not None:
-            if not reset:
-                self._fetched_whole_groups(fetch)
-            if fetch.early is None:
-                del peer.upstream_fetches[event.request_id]
-            self._forward_fetched(peer, event.request_id, FetchEnd(fetch, reset))
-            self._upstream_fetch_over(fetch, whole=not reset, reason="upstream reset the fetch")
+        if self.fetching.stream_ended(peer, event.request_id, reset):
             return
         track = peer.upstreams.get(event.request_id)
         if track is not None:
@@ -913,36 +774,6 @@ class Relay:
             self.serving.enqueue(sub.peer, EndStream(sub, key, reset))
         if track.upstream_in(UpstreamState.ENDING):
             self._upstream_over(track)
-
-    def _forward_fetched(self, upstream: Peer, request_id: int, item: FetchSend | FetchEnd) -> None:
-        """Pass on what upstream sent for a FETCH, or hold it until FETCH_OK (bounded like
-        an outbox: past ``max_queued_bytes`` the FETCH fails both ways)."""
-        fetch = item.fetch
-        if fetch.early is None:
-            self.serving.enqueue(fetch.peer, item)
-            return
-        fetch.early.append(item)
-        fetch.early_bytes += item.size
-        if fetch.early_bytes > self.limits.max_queued_bytes:
-            del upstream.upstream_fetches[request_id]
-            self.serving.session(upstream).fetch_cancel(request_id)
-            reason = "upstream sent too much before FETCH_OK"
-            self._upstream_fetch_over(fetch, whole=False, reason=reason)
-            self._refuse_fetch(fetch, reason)
-
-    def _refuse_fetch(self, fetch: DownstreamFetch, reason: str) -> None:
-        """FETCH_ERROR for a forwarded FETCH that was never answered."""
-        if fetch.peer.fetches.pop(fetch.request_id, None) is fetch:
-            self.serving.session(fetch.peer).reject(
-                fetch.request_id, FetchErrorCode.INTERNAL_ERROR, reason
-            )
-
-    def _fetched_whole_groups(self, fetch: DownstreamFetch) -> None:
-        """A FETCH answered in full holds every object of the groups its range covers."""
-        groups = whole_groups(fetch.start, fetch.end)
-        if groups:
-            for group_id in self.cache.group_ids(fetch.track, groups.start, groups.stop - 1):
-                self.cache.mark_complete(fetch.track, group_id)
 
     def _on_stream_stopped(self, peer: Peer, event: ev.DataStreamStopped) -> None:
         sub = peer.downstreams.get(event.request_id)
@@ -988,12 +819,7 @@ class Relay:
                 continue
             upstream.end(PublishDoneStatus.GOING_AWAY, left)
             self._upstream_over(track)
-        for fetch in peer.upstream_fetches.values():
-            self._upstream_fetch_over(fetch, whole=False, reason=left)
-            if fetch.early is None:
-                self.serving.enqueue(fetch.peer, FetchEnd(fetch, reset=True))
-            else:
-                self._refuse_fetch(fetch, left)
+        self.fetching.upstream_left(peer, left)
         for sub in list(peer.downstreams.values()):
             self.serving.cancel(sub, reset_streams=False)
         for track in list(self.tracks.values()):
@@ -1119,8 +945,3 @@ class Relay:
         ev.DataStreamStopped: _on_stream_stopped,
         ev.SessionClosed: _on_closed,
     }
-
-
-def _known_order(order: int) -> GroupOrder:
-    """Replies may only say ascending or descending; anything else counts as ascending."""
-    return GroupOrder.DESCENDING if order == GroupOrder.DESCENDING else GroupOrder.ASCENDING
