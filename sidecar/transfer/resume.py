@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -114,18 +114,17 @@ async def load_resuming(
     request past it, and the client must still hear what was written. That is DEADLINE,
     unless the load was waiting for a lost session (RELAY_GONE) or a request to a silent
     relay timed out before the deadline (RELAY_GONE too)."""
-    results: list[LoadResult] = []
+    load = _Resuming(sessions, model, token_ids, write, budget, choice, device, on_loaded)
     bound = asyncio.timeout_at(budget.deadline)
     try:
         async with bound:
-            await _sessions_in_turn(
-                sessions, model, token_ids, write, budget, choice, held, device, on_loaded, results
-            )
-        stopped = results[-1].stopped
+            await load.sessions_in_turn(held)
+        stopped = load.results[-1].stopped
     except TimeoutError:
-        resuming = bool(results) and results[-1].stopped is StopReason.RELAY_GONE
+        resuming = bool(load.results) and load.results[-1].stopped is StopReason.RELAY_GONE
         expired = bound.expired() and not resuming
         stopped = StopReason.DEADLINE if expired else StopReason.RELAY_GONE
+    results = load.results
     best = max(results, key=lambda r: r.available if r.prompt is not None else -1, default=None)
     return ResumedLoad(
         stopped,
@@ -135,64 +134,67 @@ async def load_resuming(
     )
 
 
-async def _sessions_in_turn(
-    sessions: Sessions,
-    model: str,
-    token_ids: Sequence[int],
-    write: KVSink,
-    budget: LoadBudget,
-    choice: TrackChoice,
-    held: int,
-    device: torch.device,
-    on_loaded: Callable[[LoadedChunk], None],
-    results: list[LoadResult],
-) -> None:
-    """`results` gets each session's result, the last one saying why the load ended.
+@dataclass(slots=True)
+class _Resuming:
+    """One load over as many sessions as it takes; `results` gets each session's result,
+    the last one saying why the load ended."""
 
-    A relay that restarted knows no prompt until their publishers have reconnected and
-    announced them again, so after a loss NOT_FOUND means "not yet": tried again every
-    `RESUME_POLL_S` within the same wait (and not recorded, so that the load then ends
-    RELAY_GONE)."""
-    in_place = [range(held)]
+    sessions: Sessions
+    model: str
+    token_ids: Sequence[int]
+    write: KVSink
+    budget: LoadBudget
+    choice: TrackChoice
+    device: torch.device
+    on_loaded: Callable[[LoadedChunk], None]
+    results: list[LoadResult] = field(default_factory=list)
 
-    def loaded(chunk: LoadedChunk) -> None:
-        in_place.append(chunk.tokens)
-        on_loaded(chunk)
+    async def sessions_in_turn(self, held: int) -> None:
+        """A relay that restarted knows no prompt until their publishers have reconnected
+        and announced them again, so after a loss NOT_FOUND means "not yet": tried again
+        every `RESUME_POLL_S` within the same wait (and not recorded, so that the load then
+        ends RELAY_GONE)."""
+        in_place = [range(held)]
 
-    first_chunk = held // sessions.chunk_size
-    loop = asyncio.get_running_loop()
-    lost: KVSubscriber | None = None
-    give_up: float | None = None  # loop time, once a session is lost
-    while True:
-        subscriber = await _session_after(sessions, lost, give_up)
-        if subscriber is None:  # none came back in time: the last result says RELAY_GONE
-            return
-        try:
-            result = await subscriber.load(
-                model,
-                token_ids,
-                write,
-                budget.planned_end - loop.time(),
-                choice=choice,
-                first_chunk=first_chunk,
-                on_loaded=loaded,
-                device=device,
-            )
-        except (MoqtApiError, ConnectionError):
-            result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
-        if lost is not None and result.stopped is StopReason.NOT_FOUND:
-            assert give_up is not None
-            if loop.time() + RESUME_POLL_S > give_up:
+        def loaded(chunk: LoadedChunk) -> None:
+            in_place.append(chunk.tokens)
+            self.on_loaded(chunk)
+
+        chunk_size = self.sessions.chunk_size
+        first_chunk = held // chunk_size
+        loop = asyncio.get_running_loop()
+        lost: KVSubscriber | None = None
+        give_up: float | None = None  # loop time, once a session is lost
+        while True:
+            subscriber = await _session_after(self.sessions, lost, give_up)
+            if subscriber is None:  # none came back in time: the last result says RELAY_GONE
                 return
-            await asyncio.sleep(RESUME_POLL_S)
-            continue
-        results.append(result)
-        if result.stopped is not StopReason.RELAY_GONE or not subscriber.session.closed:
-            return
-        first_chunk = leading_tokens(contiguous_spans(in_place)) // sessions.chunk_size
-        log.info("load_resuming", first_chunk=first_chunk, wait=budget.relay_wait)
-        lost = subscriber
-        give_up = loop.time() + budget.relay_wait
+            try:
+                result = await subscriber.load(
+                    self.model,
+                    self.token_ids,
+                    self.write,
+                    self.budget.planned_end - loop.time(),
+                    choice=self.choice,
+                    first_chunk=first_chunk,
+                    on_loaded=loaded,
+                    device=self.device,
+                )
+            except (MoqtApiError, ConnectionError):
+                result = LoadResult(None, 0, (), (), StopReason.RELAY_GONE)
+            if lost is not None and result.stopped is StopReason.NOT_FOUND:
+                assert give_up is not None
+                if loop.time() + RESUME_POLL_S > give_up:
+                    return
+                await asyncio.sleep(RESUME_POLL_S)
+                continue
+            self.results.append(result)
+            if result.stopped is not StopReason.RELAY_GONE or not subscriber.session.closed:
+                return
+            first_chunk = leading_tokens(contiguous_spans(in_place)) // chunk_size
+            log.info("load_resuming", first_chunk=first_chunk, wait=self.budget.relay_wait)
+            lost = subscriber
+            give_up = loop.time() + self.budget.relay_wait
 
 
 async def _session_after(

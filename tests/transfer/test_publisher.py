@@ -6,12 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 
-from sidecar.address import free_udp_port
 from sidecar.kvcache.catalog import Catalog
 from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import UnknownCodecError
@@ -23,9 +20,8 @@ from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.transfer.publisher import KVPublisher, PublishedPrompt, PublishError
 from tests.support.aio import run
 from tests.support.kv_net import MODEL, synthetic_kv
-from tests.support.relay import settings_for
+from tests.support.relay import publisher_server, settings_for
 
-HOST = "127.0.0.1"
 TIMEOUT = 30.0
 
 LAYOUT = KVLayout(num_layers=2, num_kv_heads=1, head_dim=8, dtype="float32")
@@ -129,28 +125,6 @@ def held_ac_prompt() -> tuple[HeldEncoder, KVPublisher, PublishedPrompt, FullTra
     return held, publisher, prompt, FullTrackName(prompt.namespace, b"ac")
 
 
-@asynccontextmanager
-async def serving(
-    publisher: KVPublisher, paths: CertificatePaths
-) -> AsyncIterator[tuple[str, list[api.Session]]]:
-    """`publisher` served on 127.0.0.1 (real QUIC): the URL and the server's sessions."""
-    sessions: list[api.Session] = []
-    port = free_udp_port()
-    server = await api.serve(
-        HOST,
-        port,
-        settings_for(paths),
-        cert=paths.cert,
-        key=paths.key,
-        publisher=publisher,
-        on_session=sessions.append,
-    )
-    try:
-        yield f"moqt://localhost:{port}/kv", sessions
-    finally:
-        server.close()
-
-
 async def newest_catalog(session: api.Session, namespace: tuple[bytes, ...]) -> Catalog:
     track = FullTrackName(namespace, b"catalog")
     status = await session.track_status(track)
@@ -169,7 +143,7 @@ def test_a_first_request_waits_for_its_encoding_while_sessions_are_served(
     async def main() -> None:
         await prompt.publish(kv)
         async with (
-            serving(publisher, cert) as (url, _),
+            publisher_server(settings_for(cert), cert, publisher) as (url, _),
             api.connect(url, settings_for(cert)) as first,
             api.connect(url, settings_for(cert)) as second,
         ):
@@ -204,7 +178,7 @@ def test_requests_that_end_while_their_track_is_encoded_are_not_answered(
 
     async def main() -> None:
         await prompt.publish(kv)
-        async with serving(publisher, cert) as (url, served):
+        async with publisher_server(settings_for(cert), cert, publisher) as (url, served):
             async with api.connect(url, settings_for(cert)) as leaving:
                 leaving.connection.moqt.subscribe(ac)
                 leaving.connection.transmit()
