@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -54,38 +55,41 @@ def test_model_predicts_real_text(smollm2: PreTrainedModel) -> None:
     assert tokenizer.decode(int(logits.argmax())).strip() == "dog"
 
 
-WEIGHTS_DIGEST = (
-    "import hashlib, sys\n"
+def weights_digest(model: PreTrainedModel) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(
+            name.encode() + tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        )
+    return digest.hexdigest()
+
+
+FROM_GGUF = (
     "from sidecar.models.smollm2 import load_model\n"
-    "digest = hashlib.sha256()\n"
-    "for name, tensor in sorted(load_model().state_dict().items()):\n"
-    "    digest.update(name.encode() + tensor.contiguous().view(-1).view(dtype=__import__('torch').uint8).numpy().tobytes())\n"
-    "print(digest.hexdigest(), load_model().name_or_path)\n"
+    "from tests.models.test_smollm2 import weights_digest\n"
+    "print(weights_digest(load_model()), load_model().name_or_path)\n"
 )
-
-
-def _weights_digest(cache: Path) -> tuple[str, str]:
-    result = subprocess.run(
-        [sys.executable, "-c", WEIGHTS_DIGEST], cwd=REPO, capture_output=True, text=True,
-        timeout=300, env={**os.environ, "KVMOQ_CACHE_DIR": str(cache)}, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    digest, source = result.stdout.splitlines()[-1].split()
-    return digest, source
 
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_the_converted_directory_holds_the_gguf_files_weights_bit_for_bit(tmp_path: Path) -> None:
-    """Loads read the fp32 directory converted once per machine; where the cache cannot be
-    written they read the GGUF file, and both give the same weights."""
-    converted = converted_path()
-    load_model()  # this process's model: from the converted directory, made if missing
+def test_the_converted_directory_holds_the_gguf_files_weights_bit_for_bit(
+    smollm2: PreTrainedModel, tmp_path: Path
+) -> None:
+    """Loads read the fp32 directory converted once per machine (this process's model came
+    from it); where the cache cannot be written they read the GGUF file, and both give the
+    same weights."""
+    converted = Path(smollm2.name_or_path)  # in the cache this process had when it loaded
+    assert converted.name == converted_path().name
     assert (converted / "model.safetensors").is_file() and (converted / "tokenizer.json").is_file()
     not_a_directory = tmp_path / "a-file"  # unwritable even for root
     not_a_directory.write_text("")
-    from_gguf, source = _weights_digest(not_a_directory / "cache")
+    result = subprocess.run(
+        [sys.executable, "-c", FROM_GGUF], cwd=REPO, capture_output=True, text=True,
+        timeout=300, env={**os.environ, "KVMOQ_CACHE_DIR": str(not_a_directory / "cache")},
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    from_gguf, source = result.stdout.splitlines()[-1].split()
     assert source == str(gguf_path().parent)
-    from_directory, source = _weights_digest(converted.parent)
-    assert source == str(converted)
-    assert from_gguf == from_directory
+    assert from_gguf == weights_digest(smollm2)
