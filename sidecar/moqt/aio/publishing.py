@@ -77,7 +77,7 @@ class Publisher:
         ever published: live subscriptions get PUBLISH_DONE (TRACK_ENDED), later requests
         find no track, and sessions that were told of the namespace hear it is gone."""
         for name in [name for name in self._tracks if name.namespace == namespace]:
-            self._tracks.pop(name).ended = True
+            del self._tracks[name]
             self.relay.close_local(name)
 
     @property
@@ -105,7 +105,6 @@ class PublishedTrack:
 
     def __init__(self, publisher: Publisher, track: Track) -> None:
         self.name = track.name
-        self.ended = False
         self.largest: Location | None = None
         self._publisher = publisher
         self._track = track
@@ -158,8 +157,13 @@ class PublishedTrack:
     def end(self) -> None:
         """End the track: subscriptions get PUBLISH_DONE (TRACK_ENDED) once they have every
         object; it is still served from the cache until `Publisher.remove`."""
-        self.ended = True
         self._publisher.relay.end_local(self._track)
+
+    @property
+    def ended(self) -> bool:
+        """`end` was called, or `Publisher.remove` withdrew the track: the relay core that
+        serves it holds it as ended."""
+        return not self._track.local
 
     @property
     def subscribers(self) -> int:
