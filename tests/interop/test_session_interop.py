@@ -18,8 +18,7 @@ from sidecar.moqt.protocol.events import MoqtEvent
 from sidecar.moqt.protocol.messages import StandaloneFetch
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus
 from tests.interop.certs import Certs
-from tests.interop.conftest import StartPeer, certs, start_peer  # noqa: F401 (fixtures)
-from tests.interop.harness import RelayPeer
+from tests.interop.harness import RelayPeer, StartPeer
 from tests.interop.peers.pattern import object_payload, object_size
 from tests.interop.scenario import TrackSpec, received
 from tests.support.udp_client import UdpClient
@@ -29,7 +28,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
 @pytest.fixture
-def peer_relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPeer:  # noqa: F811
+def peer_relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPeer:
     peer = start_peer(request.param, "relay")
     assert isinstance(peer, RelayPeer)
     peer.wait_ready()
@@ -37,7 +36,7 @@ def peer_relay(request: pytest.FixtureRequest, start_peer: StartPeer) -> RelayPe
 
 
 @pytest.fixture
-def client(peer_relay: RelayPeer, certs: Certs) -> Iterator[UdpClient]:  # noqa: F811
+def client(peer_relay: RelayPeer, certs: Certs) -> Iterator[UdpClient]:
     client = UdpClient("127.0.0.1", peer_relay.port, certs.ca)
     client.run_until(lambda events: any(isinstance(e, ev.SetupCompleted) for e in events), 10)
     yield client
@@ -109,7 +108,7 @@ def until_last_object(answer: Answerer) -> Callable[[list[MoqtEvent]], bool]:
 def test_subscribe_through_relay_to_aiomoqt_publisher(
     peer_relay: RelayPeer,
     client: UdpClient,
-    start_peer: StartPeer,  # noqa: F811
+    start_peer: StartPeer,
 ) -> None:
     spec = TrackSpec(namespace="kvtest/sub")
     start_peer("aiomoqt", "pub", url=peer_relay.url, **spec.params()).wait_ready()
@@ -139,7 +138,7 @@ PUBLISH_PAIRS = [("moqrs", "aiomoqt"), ("aiomoqt", "moqrs"), ("aiomoqt", "aiomoq
 def test_publish_through_relay_to_independent_subscriber(
     peer_relay: RelayPeer,
     client: UdpClient,
-    start_peer: StartPeer,  # noqa: F811
+    start_peer: StartPeer,
     subscriber: str,
 ) -> None:
     spec = TrackSpec(namespace="kvtest/pub")
@@ -167,7 +166,7 @@ def test_publish_through_relay_to_independent_subscriber(
 def test_fetch_cached_groups_from_relay(
     peer_relay: RelayPeer,
     client: UdpClient,
-    start_peer: StartPeer,  # noqa: F811
+    start_peer: StartPeer,
 ) -> None:
     """While our subscription holds the track at the relay, FETCH returns its groups.
 
