@@ -124,13 +124,13 @@ async def load_resuming(
         resuming = bool(load.results) and load.results[-1].stopped is StopReason.RELAY_GONE
         expired = bound.expired() and not resuming
         stopped = StopReason.DEADLINE if expired else StopReason.RELAY_GONE
-    results = load.results
-    best = max(results, key=lambda r: r.available if r.prompt is not None else -1, default=None)
+    found = [result for result in load.results if result.prompt is not None]
+    best = max(found, key=lambda result: result.available, default=None)
     return ResumedLoad(
         stopped,
-        best.prompt if best is not None else None,
-        best.available if best is not None and best.prompt is not None else 0,
-        tuple(chunk for result in results for chunk in result.rejected),
+        None if best is None else best.prompt,
+        0 if best is None else best.available,
+        tuple(chunk for result in load.results for chunk in result.rejected),
     )
 
 
