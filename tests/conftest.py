@@ -10,6 +10,7 @@ Also a self-signed certificate per test module (`cert`), and relay processes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -95,17 +96,23 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> CertificatePaths:
     return write_certificate(tmp_path_factory.mktemp("cert"))
 
 
+def _relay_process(
+    request: pytest.FixtureRequest, cert: CertificatePaths
+) -> contextlib.AbstractContextManager[RelayProcess]:
+    """A relay on aioquic, or on the stack a test or module parametrizing the fixture
+    indirectly (RELAY_BACKENDS) names."""
+    return running_relay(cert, backend=getattr(request, "param", "aioquic"))
+
+
 @pytest.fixture
 def relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
-    """A relay process of the test's own (it may kill it); on aioquic, or the stack a test
-    parametrizing `relay` indirectly (RELAY_BACKENDS) names."""
-    with running_relay(cert, backend=getattr(request, "param", "aioquic")) as process:
+    """A relay process of the test's own (it may kill it)."""
+    with _relay_process(request, cert) as process:
         yield process
 
 
 @pytest.fixture(scope="module")
 def module_relay(request: pytest.FixtureRequest, cert: CertificatePaths) -> Iterator[RelayProcess]:
-    """One relay process for a module's tests, which share it (and its cache); on aioquic,
-    or the stack a module parametrizing `module_relay` indirectly names."""
-    with running_relay(cert, backend=getattr(request, "param", "aioquic")) as process:
+    """One relay process for a module's tests, which share it (and its cache)."""
+    with _relay_process(request, cert) as process:
         yield process
