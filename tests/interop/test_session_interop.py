@@ -80,10 +80,10 @@ class Answerer:
 
     def _send_group(self, request_id: int, group: int) -> None:
         session, spec = self.client.session, self.spec
-        stream = session.open_subgroup(request_id, group, end_of_group=True)
+        stream = session.objects.open_subgroup(request_id, group, end_of_group=True)
         for obj in range(spec.objects):
             payload = object_payload(spec.seed, group, obj, object_size(spec.sizes, obj))
-            session.send_object(stream, obj, payload, end_stream=obj == spec.objects - 1)
+            session.objects.send_object(stream, obj, payload, end_stream=obj == spec.objects - 1)
         if group + 1 < spec.groups:
             self._runs[request_id] = (group + 1, time.monotonic() + self.GROUP_INTERVAL)
         else:

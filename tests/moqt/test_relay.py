@@ -87,11 +87,11 @@ def answer_fetch(publisher: Client, request_id: int) -> None:
     """FETCH_OK, then groups 0 and 1 of 3 objects of 3000 bytes on the fetch stream, FIN."""
     moqt = publisher.moqt
     moqt.fetch_ok(request_id, Location(1, 2))
-    stream = moqt.open_fetch_stream(request_id)
+    stream = moqt.objects.open_fetch_stream(request_id)
     for group in range(2):
         for obj in range(3):
-            moqt.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
-    moqt.end_stream(stream)
+            moqt.objects.send_fetch_object(stream, group, 0, obj, payload(group, obj, 3000))
+    moqt.objects.end_stream(stream)
     publisher.send()
 
 
@@ -459,9 +459,9 @@ def test_a_published_track_reaches_subscribers(relay: RelayProcess, cert: Certif
             decoder = await sessions.open()
             sub_id = await subscribe(decoder, SubscriptionFilter())
             moqt = publisher.moqt
-            stream = moqt.open_subgroup(request_id, 0)
+            stream = moqt.objects.open_subgroup(request_id, 0)
             for obj in range(3):
-                moqt.send_object(stream, obj, payload(0, obj, 100), end_stream=obj == 2)
+                moqt.objects.send_object(stream, obj, payload(0, obj, 100), end_stream=obj == 2)
             publisher.send()
             await decoder.until(lambda: len(decoder.objects(sub_id)) == 3)
             assert received(decoder, sub_id) == expected(1, 3, 100)
@@ -487,13 +487,15 @@ def test_a_range_that_ends_while_its_last_group_arrives_does_not_pass_it_off_as_
                 decoder, SubscriptionFilter(FilterType.ABSOLUTE_RANGE, Location(0, 0), 0)
             )
             moqt = publisher.moqt
-            last = moqt.open_subgroup(request_id, 0)
-            moqt.send_object(last, 0, payload(0, 0, 100))
-            moqt.send_object(moqt.open_subgroup(request_id, 1), 0, payload(1, 0, 100))
+            last = moqt.objects.open_subgroup(request_id, 0)
+            moqt.objects.send_object(last, 0, payload(0, 0, 100))
+            moqt.objects.send_object(
+                moqt.objects.open_subgroup(request_id, 1), 0, payload(1, 0, 100)
+            )
             publisher.send()
             await decoder.next(SubscriptionEnded, lambda e: e.request_id == sub_id)
             for obj in (1, 2):
-                moqt.send_object(last, obj, payload(0, obj, 100), end_stream=obj == 2)
+                moqt.objects.send_object(last, obj, payload(0, obj, 100), end_stream=obj == 2)
             publisher.send()
             streams = {e.stream_id for e in decoder.objects(sub_id)}
 

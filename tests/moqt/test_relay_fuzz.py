@@ -220,9 +220,9 @@ async def _bystanders_still_work(
     publisher, subscriber = bystanders.publisher, bystanders.subscriber
     moqt = publisher.moqt
     for group in (3, 4, 5):
-        stream = moqt.open_subgroup(bystanders.upstream, group)
+        stream = moqt.objects.open_subgroup(bystanders.upstream, group)
         for obj in range(4):
-            moqt.send_object(stream, obj, payload(group, obj, 4000), end_stream=obj == 3)
+            moqt.objects.send_object(stream, obj, payload(group, obj, 4000), end_stream=obj == 3)
     publisher.send()
     await subscriber.until(lambda: len(subscriber.objects(bystanders.sub_id)) == 24)
     assert received(subscriber, bystanders.sub_id) == expected(6, 4, 4000)

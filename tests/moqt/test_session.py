@@ -85,11 +85,13 @@ def test_subscribe_and_receive_objects(pair: SessionPair) -> None:
     _client, server = pair.sessions()
     pair.take("client")
     request_id, alias = _subscribed(pair)
-    stream = server.open_subgroup(request_id, group_id=3, extensions=True, end_of_group=True)
+    stream = server.objects.open_subgroup(
+        request_id, group_id=3, extensions=True, end_of_group=True
+    )
     payloads = [bytes([i]) * 300_000 for i in range(3)]
     for object_id, payload in enumerate(payloads):
-        server.send_object(stream, object_id, payload, extensions=b"\x10\x05")
-    server.send_object(stream, 3, status=ObjectStatus.END_OF_GROUP, end_stream=True)
+        server.objects.send_object(stream, object_id, payload, extensions=b"\x10\x05")
+    server.objects.send_object(stream, 3, status=ObjectStatus.END_OF_GROUP, end_stream=True)
     pair.pump()
     events = pair.take("client")
     objects = _of(events, ev.ObjectReceived)
@@ -126,7 +128,7 @@ def test_unsubscribe_and_publish_done(pair: SessionPair) -> None:
     client, server = pair.sessions()
     request_id, _ = _subscribed(pair)
     for group in range(2):
-        server.open_subgroup(request_id, group)
+        server.objects.open_subgroup(request_id, group)
     server.publish_done(request_id, PublishDoneStatus.TRACK_ENDED, "done")
     pair.pump()
     ended = _one(pair.take("client"), ev.SubscriptionEnded)
@@ -137,7 +139,7 @@ def test_unsubscribe_and_publish_done(pair: SessionPair) -> None:
     pair.pump()
     assert _one(pair.take("server"), ev.Unsubscribed).request_id == other_id
     with pytest.raises(UsageError):
-        server.open_subgroup(other_id, 0)
+        server.objects.open_subgroup(other_id, 0)
 
 
 def _raw_server(
@@ -232,10 +234,10 @@ def test_object_over_the_payload_cap_costs_the_stream_not_the_session(stack: str
     pair.pump()
     _client, server = pair.sessions()
     request_id, _ = _subscribed(pair)
-    big = server.open_subgroup(request_id, 0)
-    server.send_object(big, 0, b"x" * 1001, end_stream=True)
-    small = server.open_subgroup(request_id, 1)
-    server.send_object(small, 0, b"y" * 1000, end_stream=True)
+    big = server.objects.open_subgroup(request_id, 0)
+    server.objects.send_object(big, 0, b"x" * 1001, end_stream=True)
+    small = server.objects.open_subgroup(request_id, 1)
+    server.objects.send_object(small, 0, b"y" * 1000, end_stream=True)
     pair.pump()
     events = pair.take("client")
     assert [o.payload for o in _of(events, ev.ObjectReceived)] == [b"y" * 1000]
@@ -249,13 +251,13 @@ def test_fetch(pair: SessionPair) -> None:
     requested = _one(pair.take("server"), ev.FetchRequested)
     assert requested.track == TRACK
     server.fetch_ok(request_id, Location(1, 1), end_of_track=True)
-    stream = server.open_fetch_stream(request_id)
+    stream = server.objects.open_fetch_stream(request_id)
     for group in range(2):
         for obj in range(2):
-            server.send_fetch_object(
+            server.objects.send_fetch_object(
                 stream, group, 0, obj, f"{group}.{obj}".encode(), extensions=b"\x10\x01"
             )
-    server.end_stream(stream)
+    server.objects.end_stream(stream)
     pair.pump()
     events = pair.take("client")
     assert isinstance(_one(events, ev.RequestAccepted).message, m.FetchOk)
@@ -292,8 +294,8 @@ def test_fetch_cancel_resets_the_stream(pair: SessionPair) -> None:
     request_id = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 5))
     pair.pump()
     server.fetch_ok(request_id, Location(5, 0))
-    stream = server.open_fetch_stream(request_id)
-    server.send_fetch_object(stream, 0, 0, 0, b"a")
+    stream = server.objects.open_fetch_stream(request_id)
+    server.objects.send_fetch_object(stream, 0, 0, 0, b"a")
     pair.pump()
     client.fetch_cancel(request_id)
     pair.pump()
@@ -301,14 +303,14 @@ def test_fetch_cancel_resets_the_stream(pair: SessionPair) -> None:
     ended = _of(pair.take("server"), ev.FetchCancelled | ev.DataStreamStopped)
     assert [e.request_id for e in ended] == [request_id]
     with pytest.raises(UsageError):
-        server.send_fetch_object(stream, 0, 0, 1, b"b")
+        server.objects.send_fetch_object(stream, 0, 0, 1, b"b")
 
 
 def test_publish(pair: SessionPair) -> None:
     client, server = pair.sessions()
     request_id = client.publish(TRACK, largest=Location(4, 2))
-    stream = client.open_subgroup(request_id, 5)
-    client.send_object(stream, 0, b"pushed", end_stream=True)
+    stream = client.objects.open_subgroup(request_id, 5)
+    client.objects.send_object(stream, 0, b"pushed", end_stream=True)
     pair.pump()
     events = pair.take("server")
     requested = _one(events, ev.PublishRequested)
@@ -326,8 +328,8 @@ def test_publish(pair: SessionPair) -> None:
 def test_datagrams(pair: SessionPair) -> None:
     _, server = pair.sessions()
     request_id, _ = _subscribed(pair)
-    server.send_datagram(request_id, 2, 0, b"tiny", end_of_group=True)
-    server.send_datagram(request_id, 2, 1, status=ObjectStatus.END_OF_TRACK)
+    server.objects.send_datagram(request_id, 2, 0, b"tiny", end_of_group=True)
+    server.objects.send_datagram(request_id, 2, 1, status=ObjectStatus.END_OF_TRACK)
     pair.pump()
     objects = _of(pair.take("client"), ev.ObjectReceived)
     assert [(o.object_id, o.payload, o.status, o.end_of_group) for o in objects] == [
@@ -626,8 +628,8 @@ def test_unsubscribe_before_subscribe_ok_arrives(pair: SessionPair) -> None:
     request_id = client.subscribe(TRACK)
     pair.pump()
     server.subscribe_ok(request_id)
-    stream = server.open_subgroup(request_id, 0)
-    server.send_object(stream, 0, b"late", end_stream=True)
+    stream = server.objects.open_subgroup(request_id, 0)
+    server.objects.send_object(stream, 0, b"late", end_stream=True)
     client.unsubscribe(request_id)  # crosses the SUBSCRIBE_OK and the stream
     pair.pump()
     events = pair.take("client")
@@ -651,8 +653,8 @@ def test_a_fetch_stream_that_crosses_our_fetch_cancel_is_dropped(pair: SessionPa
     request_id = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))
     pair.pump()
     server.fetch_ok(request_id, Location(0, 0))
-    stream = server.open_fetch_stream(request_id)
-    server.send_fetch_object(stream, 0, 0, 0, b"late", end_stream=True)
+    stream = server.objects.open_fetch_stream(request_id)
+    server.objects.send_fetch_object(stream, 0, 0, 0, b"late", end_stream=True)
     client.fetch_cancel(request_id)  # crosses the FETCH_OK and the stream
     pair.pump()
     events = pair.take("client")
@@ -712,17 +714,19 @@ def test_a_request_refused_locally_spends_no_request_id(pair: SessionPair) -> No
 def test_bad_objects_are_refused_before_anything_is_written(pair: SessionPair) -> None:
     _, server = pair.sessions()
     request_id, _ = _subscribed(pair)
-    stream = server.open_subgroup(request_id, 0)
-    server.send_object(stream, 5, b"a")
+    stream = server.objects.open_subgroup(request_id, 0)
+    server.objects.send_object(stream, 5, b"a")
     with pytest.raises(UsageError):
-        server.send_object(stream, 5, b"again")  # ids must increase
+        server.objects.send_object(stream, 5, b"again")  # ids must increase
     with pytest.raises(UsageError):
-        server.send_object(stream, 6, b"x", extensions=b"\x10\x01")  # header has no extensions
+        server.objects.send_object(
+            stream, 6, b"x", extensions=b"\x10\x01"
+        )  # header has no extensions
     with pytest.raises(UsageError):
-        server.send_object(stream, 6, b"x", status=ObjectStatus.END_OF_GROUP)
+        server.objects.send_object(stream, 6, b"x", status=ObjectStatus.END_OF_GROUP)
     with pytest.raises(UsageError):
-        server.open_subgroup(request_id, 1, publisher_priority=300)
-    server.send_object(stream, 6, b"b", end_stream=True)
+        server.objects.open_subgroup(request_id, 1, publisher_priority=300)
+    server.objects.send_object(stream, 6, b"b", end_stream=True)
     pair.pump()
     objects = _of(pair.take("client"), ev.ObjectReceived)
     assert [(o.object_id, o.payload) for o in objects] == [(5, b"a"), (6, b"b")]

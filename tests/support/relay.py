@@ -280,9 +280,11 @@ async def send_groups(
     moqt = publisher.moqt
     sent = 0
     for group in range(first, first + groups):
-        stream = moqt.open_subgroup(request_id, group)
+        stream = moqt.objects.open_subgroup(request_id, group)
         for obj in range(objects):
-            moqt.send_object(stream, obj, payload(group, obj, size), end_stream=obj == objects - 1)
+            moqt.objects.send_object(
+                stream, obj, payload(group, obj, size), end_stream=obj == objects - 1
+            )
             sent += 1
         publisher.send()
         assert publisher.connection is not None

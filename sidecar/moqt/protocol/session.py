@@ -15,9 +15,11 @@ How an adapter drives it:
 Request methods (``subscribe``, ``fetch``, ...) return the request id; replies arrive as
 ``RequestAccepted`` / ``RequestRejected``. Requests from the peer arrive as ``*Requested``
 events and are answered with ``subscribe_ok`` / ``fetch_ok`` / ... or ``reject``. Objects go out
-on streams opened with ``open_subgroup`` / ``open_fetch_stream`` and written with
-``send_object`` / ``send_fetch_object``, or as datagrams with ``send_datagram``.
-Local misuse raises ``UsageError`` (``RequestLimitReached`` when the peer's request limit is reached).
+through ``objects`` (``outgoing.Outgoing``): streams opened with ``open_subgroup`` /
+``open_fetch_stream`` and written with ``send_object`` / ``send_fetch_object``, or datagrams.
+What arrives on the peer's data streams is placed by ``incoming.Incoming``; request ids both
+ways are counted by ``request_ids.RequestIds``. Local misuse raises ``UsageError``
+(``RequestLimitReached`` when the peer's request limit is reached).
 
 The QUIC object is duck-typed (``QuicConnectionLike``) and QUIC events are recognised by class
 name, so aioquic and qh3 both work without importing either here.
@@ -26,42 +28,30 @@ name, so aioquic and qh3 both work without importing either here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from . import events as ev
-from .data import (
-    DEFAULT_MAX_OBJECT_PAYLOAD,
-    DataStreamParser,
-    FetchHeader,
-    FetchObject,
-    ObjectBody,
-    ObjectDatagram,
-    SubgroupHeader,
-    SubgroupObject,
-    decode_datagram,
-)
+from .connection import QuicConnectionLike, SessionLimits
 from .errors import (
     FetchErrorCode,
     NeedMoreData,
-    ObjectTooLarge,
     ProtocolError,
-    RequestLimitReached,
     SessionErrorCode,
-    StreamResetCode,
     UsageError,
 )
+from .incoming import Incoming, stream_is_client_initiated
 from .messages import (
     DEFAULT_FILTER,
     DRAFT_14,
+    ERROR_OF_REQUEST,
     NO_PARAMETERS,
+    REQUEST_OF_ERROR,
+    REQUEST_OF_OK,
     ClientSetup,
     ControlMessage,
     Fetch,
     FetchCancel,
-    FetchError,
     FetchOk,
     Goaway,
     JoiningFetch,
@@ -69,11 +59,9 @@ from .messages import (
     Parameters,
     Publish,
     PublishDone,
-    PublishError,
     PublishNamespace,
     PublishNamespaceCancel,
     PublishNamespaceDone,
-    PublishNamespaceError,
     PublishNamespaceOk,
     PublishOk,
     RequestsBlocked,
@@ -81,124 +69,22 @@ from .messages import (
     SetupParameters,
     StandaloneFetch,
     Subscribe,
-    SubscribeError,
     SubscribeNamespace,
-    SubscribeNamespaceError,
     SubscribeNamespaceOk,
     SubscribeOk,
     SubscribeUpdate,
     SubscriptionFilter,
     TrackStatus,
-    TrackStatusError,
     TrackStatusOk,
     Unsubscribe,
     UnsubscribeNamespace,
     decode_control,
 )
-from .model import FullTrackName, GroupOrder, Location, ObjectStatus
+from .model import FullTrackName, GroupOrder, Location
+from .outgoing import Outgoing, caller_errors
+from .request_ids import RequestIds
 
 logger = logging.getLogger(__name__)
-
-
-class QuicConnectionLike(Protocol):
-    """The part of aioquic's (and qh3's) ``QuicConnection`` the session uses."""
-
-    def get_next_available_stream_id(self, is_unidirectional: bool = False) -> int: ...
-    def send_stream_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None: ...
-    def reset_stream(self, stream_id: int, error_code: int) -> None: ...
-    def stop_stream(self, stream_id: int, error_code: int) -> None: ...
-    def close(
-        self, error_code: int = ..., frame_type: int | None = ..., reason_phrase: str = ...
-    ) -> None: ...
-    def send_datagram_frame(self, data: bytes) -> None: ...
-
-
-@dataclass(slots=True)
-class SessionLimits:
-    """Bounds on what a peer can make the session hold."""
-
-    # Requests the peer may have open at once; credit returns as they finish.
-    request_window: int = 100
-    max_object_payload: int = DEFAULT_MAX_OBJECT_PAYLOAD
-    # Bytes of incomplete objects held across all incoming streams (QUIC flow control alone
-    # would let every stream fill its own window).
-    max_buffered_bytes: int = 256 * 1024 * 1024
-    # Data streams that arrived before their track alias was known.
-    max_pending_streams: int = 64
-    max_pending_bytes: int = 64 * 1024 * 1024
-    pending_stream_timeout: float = 5.0
-    # How long a finished subscription keeps its alias for late streams.
-    drain_timeout: float = 10.0
-
-
-@dataclass(slots=True)
-class _RemoteTrack:
-    """A track the peer publishes to us (our SUBSCRIBE, or its PUBLISH)."""
-
-    request_id: int
-    track: FullTrackName
-    track_alias: int | None = None
-    unsubscribed: bool = False
-    done_at: float | None = None
-
-
-@dataclass(slots=True)
-class _LocalTrack:
-    """A track we publish to the peer (its SUBSCRIBE we accepted, or our PUBLISH)."""
-
-    request_id: int
-    track: FullTrackName
-    track_alias: int
-    streams_opened: int = 0
-
-
-@dataclass(slots=True)
-class _InStream:
-    """An incoming data stream; objects wait in ``pending`` until the alias is known."""
-
-    parser: DataStreamParser
-    request_id: int | None = None
-    since: float = 0.0
-    pending: list[SubgroupObject] = field(default_factory=list)
-    pending_bytes: int = 0
-    buffered: int = 0  # the parser's partial object, as last counted in the session total
-    fin: bool = False
-
-
-@dataclass(slots=True)
-class _OutStream:
-    request_id: int
-    header: SubgroupHeader | FetchHeader
-    previous_id: int | None = None
-
-
-_OK_FOR: dict[type[ControlMessage], type[ControlMessage]] = {
-    SubscribeOk: Subscribe,
-    PublishOk: Publish,
-    FetchOk: Fetch,
-    TrackStatusOk: TrackStatus,
-    PublishNamespaceOk: PublishNamespace,
-    SubscribeNamespaceOk: SubscribeNamespace,
-}
-_ERROR_FOR: dict[type[ControlMessage], type[ControlMessage]] = {
-    SubscribeError: Subscribe,
-    PublishError: Publish,
-    FetchError: Fetch,
-    TrackStatusError: TrackStatus,
-    PublishNamespaceError: PublishNamespace,
-    SubscribeNamespaceError: SubscribeNamespace,
-}
-_ERROR_OF_REQUEST = {request: error for error, request in _ERROR_FOR.items()}
-
-
-@contextmanager
-def _caller_errors() -> Iterator[None]:
-    """Bad arguments found while encoding (``ValueError`` from the wire layer) are the
-    caller's mistake: report them as ``UsageError``, with nothing written."""
-    try:
-        yield
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request_id: int) -> None:
@@ -209,10 +95,6 @@ def _pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request
 
 def _stream_is_unidirectional(stream_id: int) -> bool:
     return bool(stream_id & 0x2)
-
-
-def _stream_is_client_initiated(stream_id: int) -> bool:
-    return not stream_id & 0x1
 
 
 class MoqtSession:
@@ -244,37 +126,25 @@ class MoqtSession:
         self._control_stream_id: int | None = None
         self._control_buffer = bytearray()
 
-        # Request ids: ours are even for a client, odd for a server; the peer's the other parity.
-        self._next_request_id = 0 if is_client else 1
-        self._peer_first_request_id = 1 if is_client else 0
-        self._peer_next_request_id = self._peer_first_request_id
-        self._peer_limit = 0  # ids we may use: < this
-        self._blocked_sent_for: int | None = None
-        self._granted_limit = self._limit_for(self.limits.request_window)
-        self._peer_requests_finished = 0
+        self._ids = RequestIds(is_client, self.limits.request_window)
 
         self._inbound: dict[int, ControlMessage] = {}  # peer's requests still open
         self._answered: set[int] = set()  # ... of which we have answered
         self._outbound: dict[int, ControlMessage] = {}  # our requests awaiting a reply
-        self._remote_tracks: dict[int, _RemoteTrack] = {}
-        self._remote_by_alias: dict[int, _RemoteTrack] = {}
-        self._local_tracks: dict[int, _LocalTrack] = {}
-        self._next_track_alias = 0
-        self._fetches: set[int] = set()  # our fetches whose stream may still come
         self._announced: dict[tuple[bytes, ...], int] = {}  # our PUBLISH_NAMESPACEs
         self._namespace_subscriptions: dict[tuple[bytes, ...], int] = {}  # ours
 
-        self._in_streams: dict[int, _InStream] = {}
-        self._ignored_streams: set[int] = set()
-        self._pending_bytes = 0
-        self._buffered_bytes = 0
-        self._out_streams: dict[int, _OutStream] = {}
+        self._incoming = Incoming(quic, self.limits, self._ids, self._emit)
+        self.objects = Outgoing(
+            quic, closed=lambda: self.closed, fetch_over=self._finish_peer_request
+        )
+        """Objects this session sends: subgroup and FETCH streams, datagrams."""
 
         if is_client:
             self._control_stream_id = quic.get_next_available_stream_id(False)
             params = SetupParameters(
                 path=path,
-                max_request_id=self._granted_limit,
+                max_request_id=self._ids.granted,
                 authorization_tokens=() if authorization is None else (authorization,),
                 authority=authority,
                 implementation=implementation,
@@ -305,32 +175,16 @@ class MoqtSession:
     def tick(self, now: float) -> None:
         """Expire alias-less data streams and drained subscriptions older than their timeouts."""
         self._now = now
-        limits = self.limits
-        for stream_id, state in list(self._in_streams.items()):
-            if state.request_id is None and now - state.since >= limits.pending_stream_timeout:
-                self._drop_in_stream(stream_id)
-        for track in list(self._remote_tracks.values()):
-            if track.done_at is not None and now - track.done_at >= limits.drain_timeout:
-                self._forget_remote(track)
+        self._incoming.tick(now)
 
     def awaiting(self) -> bool:
         """Whether the peer owes us something: an answer, a FETCH's stream, the rest of an
         open data stream. Only then is its silence a sign that it is gone."""
-        return bool(self._outbound or self._fetches or self._in_streams)
+        return bool(self._outbound) or self._incoming.awaiting()
 
     def next_timer(self) -> float | None:
         """When ``tick`` has work next, or None."""
-        times = [
-            s.since + self.limits.pending_stream_timeout
-            for s in self._in_streams.values()
-            if s.request_id is None
-        ]
-        times += [
-            t.done_at + self.limits.drain_timeout
-            for t in self._remote_tracks.values()
-            if t.done_at is not None
-        ]
-        return min(times, default=None)
+        return self._incoming.next_timer()
 
     def close(self, error_code: int = SessionErrorCode.NO_ERROR, reason: str = "") -> None:
         """Close the QUIC connection. The caller knows, so no ``SessionClosed`` follows."""
@@ -351,7 +205,7 @@ class MoqtSession:
         forward: bool = True,
         parameters: Parameters = NO_PARAMETERS,
     ) -> int:
-        if any(t.track == track and t.done_at is None for t in self._remote_tracks.values()):
+        if self._incoming.subscribed(track):
             raise UsageError(f"already subscribed to {track}")
         request_id = self._request(
             Subscribe(
@@ -364,7 +218,7 @@ class MoqtSession:
                 parameters,
             )
         )
-        self._remote_tracks[request_id] = _RemoteTrack(request_id, track)
+        self._incoming.subscribe(request_id, track)
         return request_id
 
     def subscribe_update(
@@ -377,7 +231,7 @@ class MoqtSession:
         forward: bool = True,
         parameters: Parameters = NO_PARAMETERS,
     ) -> int:
-        if subscription_request_id not in self._remote_tracks:
+        if not self._incoming.has(subscription_request_id):
             raise UsageError(f"no subscription {subscription_request_id}")
         update = SubscribeUpdate(
             self._next_id(),
@@ -392,12 +246,7 @@ class MoqtSession:
 
     def unsubscribe(self, request_id: int) -> None:
         """End our subscription (or one the peer made with PUBLISH); late objects are dropped."""
-        track = self._remote_tracks.get(request_id)
-        if track is None or track.unsubscribed:
-            raise UsageError(f"no subscription {request_id}")
-        track.unsubscribed = True
-        if track.done_at is None:
-            track.done_at = self._now
+        self._incoming.unsubscribe(request_id, self._now)
         self._send(Unsubscribe(request_id))
 
     def fetch(
@@ -408,24 +257,16 @@ class MoqtSession:
         group_order: GroupOrder = GroupOrder.ASCENDING,
         parameters: Parameters = NO_PARAMETERS,
     ) -> int:
-        if (
-            isinstance(target, JoiningFetch)
-            and target.joining_request_id not in self._remote_tracks
-        ):
+        if isinstance(target, JoiningFetch) and not self._incoming.has(target.joining_request_id):
             raise UsageError(f"no subscription {target.joining_request_id} to join")
         request_id = self._request(
             Fetch(self._next_id(), target, subscriber_priority, group_order, parameters)
         )
-        self._fetches.add(request_id)
+        self._incoming.fetch(request_id)
         return request_id
 
     def fetch_cancel(self, request_id: int) -> None:
-        if request_id not in self._fetches:
-            raise UsageError(f"no fetch {request_id}")
-        self._fetches.discard(request_id)
-        for stream_id, state in list(self._in_streams.items()):
-            if state.request_id == request_id:
-                self._drop_in_stream(stream_id)
+        self._incoming.cancel_fetch(request_id)
         self._send(FetchCancel(request_id))
 
     def publish(
@@ -438,12 +279,15 @@ class MoqtSession:
         parameters: Parameters = NO_PARAMETERS,
     ) -> int:
         """Offer a track to the peer; objects may be sent right away with the returned id."""
-        self._check_not_publishing(track)
-        alias = self._allocate_alias()
-        request_id = self._request(
-            Publish(self._next_id(), track, alias, group_order, largest, forward, parameters)
-        )
-        self._local_tracks[request_id] = _LocalTrack(request_id, track, alias)
+        request_id = self._next_id()
+        alias = self.objects.add_track(request_id, track)
+        try:
+            self._request(
+                Publish(request_id, track, alias, group_order, largest, forward, parameters)
+            )
+        except UsageError:
+            self.objects.drop_track(request_id)
+            raise
         return request_id
 
     def track_status(
@@ -505,10 +349,12 @@ class MoqtSession:
     ) -> int:
         """Accept a SUBSCRIBE; returns the track alias we chose for it."""
         request = self._answerable(request_id, Subscribe)
-        self._check_not_publishing(request.track)
-        alias = self._allocate_alias()
-        self._reply(SubscribeOk(request_id, alias, expires, group_order, largest, parameters))
-        self._local_tracks[request_id] = _LocalTrack(request_id, request.track, alias)
+        alias = self.objects.add_track(request_id, request.track)
+        try:
+            self._reply(SubscribeOk(request_id, alias, expires, group_order, largest, parameters))
+        except UsageError:
+            self.objects.drop_track(request_id)
+            raise
         return alias
 
     def publish_ok(
@@ -537,6 +383,7 @@ class MoqtSession:
     ) -> None:
         self._answerable(request_id, Fetch)
         self._reply(FetchOk(request_id, end, end_of_track, group_order, parameters))
+        self.objects.fetch_accepted(request_id)
 
     def track_status_ok(
         self,
@@ -562,16 +409,16 @@ class MoqtSession:
     def reject(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Refuse any open request of the peer with the *_ERROR message of its family."""
         request = self._answerable(request_id, ControlMessage)
-        self._reply(_ERROR_OF_REQUEST[type(request)](request_id, error_code, reason))
+        self._reply(ERROR_OF_REQUEST[type(request)](request_id, error_code, reason))
         if isinstance(request, Publish):
-            self._forget_remote(self._remote_tracks[request_id])
+            self._incoming.forget(request_id)
         self._finish_peer_request(request_id)
 
     def publish_done(self, request_id: int, status_code: int, reason: str = "") -> None:
         """End a track we publish (the peer's subscription, or our PUBLISH)."""
-        track = self._local_track(request_id)
+        track = self.objects.track(request_id)
         self._send(PublishDone(request_id, status_code, track.streams_opened, reason))
-        del self._local_tracks[request_id]
+        self.objects.drop_track(request_id)
         self._finish_peer_request(request_id)
 
     def publish_namespace_cancel(
@@ -585,162 +432,30 @@ class MoqtSession:
         self._finish_peer_request(request_id)
 
     # ----------------------------------------------------------------------------------------
-    # Objects we send.
-
-    def track_alias(self, request_id: int) -> int:
-        """The alias of a track we publish (chosen in ``subscribe_ok`` or ``publish``)."""
-        return self._local_track(request_id).track_alias
-
-    def open_subgroup(
-        self,
-        request_id: int,
-        group_id: int,
-        subgroup_id: int = 0,
-        publisher_priority: int = 128,
-        *,
-        extensions: bool = False,
-        end_of_group: bool = False,
-    ) -> int:
-        """Open a subgroup stream of a track we publish; returns its stream id.
-
-        ``extensions`` must be set for objects on it to carry extension headers;
-        ``end_of_group`` declares that the stream's last object ends the group.
-        """
-        track = self._local_track(request_id)
-        header = SubgroupHeader.for_subgroup(
-            track.track_alias, group_id, subgroup_id, publisher_priority, extensions, end_of_group
-        )
-        stream_id = self._open_out_stream(request_id, header)
-        track.streams_opened += 1
-        return stream_id
-
-    def send_object(
-        self,
-        stream_id: int,
-        object_id: int,
-        payload: bytes = b"",
-        *,
-        status: ObjectStatus = ObjectStatus.NORMAL,
-        extensions: bytes = b"",
-        end_stream: bool = False,
-    ) -> None:
-        """Write one object on a subgroup stream; ids must increase along the stream."""
-        stream = self._out_stream(stream_id, SubgroupHeader)
-        with _caller_errors():
-            body = ObjectBody(payload, status, extensions)
-            data = SubgroupObject(object_id, body).encode(stream.header, stream.previous_id)  # type: ignore[arg-type]
-        stream.previous_id = object_id
-        self._write_stream(stream_id, data, end_stream)
-
-    def open_fetch_stream(self, request_id: int) -> int:
-        """Open the response stream of a FETCH we accepted."""
-        request = self._inbound.get(request_id)
-        if not isinstance(request, Fetch) or request_id not in self._answered:
-            raise UsageError(f"no accepted fetch {request_id}")
-        return self._open_out_stream(request_id, FetchHeader(request_id))
-
-    def send_fetch_object(
-        self,
-        stream_id: int,
-        group_id: int,
-        subgroup_id: int,
-        object_id: int,
-        payload: bytes = b"",
-        *,
-        publisher_priority: int = 128,
-        status: ObjectStatus = ObjectStatus.NORMAL,
-        extensions: bytes = b"",
-        end_stream: bool = False,
-    ) -> None:
-        self._out_stream(stream_id, FetchHeader)
-        with _caller_errors():
-            body = ObjectBody(payload, status, extensions)
-            data = FetchObject(group_id, subgroup_id, object_id, publisher_priority, body).encode()
-        self._write_stream(stream_id, data, end_stream)
-
-    def end_stream(self, stream_id: int) -> None:
-        """FIN a data stream after its last object."""
-        self._out_stream(stream_id, object)
-        self._write_stream(stream_id, b"", True)
-
-    def reset_stream(self, stream_id: int, error_code: int = StreamResetCode.CANCELLED) -> None:
-        stream = self._out_streams.pop(stream_id, None)
-        if stream is None:
-            raise UsageError(f"no open data stream {stream_id}")
-        self._quic.reset_stream(stream_id, error_code)
-        self._stream_closed(stream)
-
-    def send_datagram(
-        self,
-        request_id: int,
-        group_id: int,
-        object_id: int,
-        payload: bytes = b"",
-        *,
-        publisher_priority: int = 128,
-        status: ObjectStatus = ObjectStatus.NORMAL,
-        extensions: bytes = b"",
-        end_of_group: bool = False,
-    ) -> None:
-        """Send a small object as a QUIC datagram (dropped by QUIC if it does not fit)."""
-        track = self._local_track(request_id)
-        with _caller_errors():
-            body = ObjectBody(payload, status, extensions)
-            data = ObjectDatagram(
-                track.track_alias, group_id, object_id, publisher_priority, body, end_of_group
-            ).encode()
-        self._quic.send_datagram_frame(data)
-
-    # ----------------------------------------------------------------------------------------
     # QUIC events.
 
     def _on_stream_data(self, event: Any) -> None:
         stream_id: int = event.stream_id
         if not _stream_is_unidirectional(stream_id):
             self._on_control_data(stream_id, event.data, event.end_stream)
-        elif stream_id in self._ignored_streams:
-            if event.end_stream:
-                self._ignored_streams.discard(stream_id)
         else:
-            self._on_data_stream(stream_id, event.data, event.end_stream)
+            self._incoming.stream_data(
+                stream_id, event.data, event.end_stream, is_client=self.is_client, now=self._now
+            )
 
     def _on_stream_reset(self, event: Any) -> None:
         stream_id: int = event.stream_id
         if stream_id == self._control_stream_id:
             raise ProtocolError("control stream reset")
-        self._ignored_streams.discard(stream_id)
-        state = self._pop_in_stream(stream_id)
-        if state is not None and state.request_id is not None:
-            self._events.append(ev.DataStreamReset(stream_id, state.request_id, event.error_code))
+        self._incoming.stream_reset(stream_id, event.error_code)
 
     def _on_stop_sending(self, event: Any) -> None:
-        stream = self._out_streams.pop(event.stream_id, None)
-        if stream is not None:
-            self._quic.reset_stream(event.stream_id, event.error_code)
-            self._stream_closed(stream)
-            self._events.append(
-                ev.DataStreamStopped(event.stream_id, stream.request_id, event.error_code)
-            )
+        request_id = self.objects.stop_sending(event.stream_id, event.error_code)
+        if request_id is not None:
+            self._events.append(ev.DataStreamStopped(event.stream_id, request_id, event.error_code))
 
     def _on_datagram(self, event: Any) -> None:
-        datagram = decode_datagram(event.data)
-        track = self._remote_by_alias.get(datagram.track_alias)
-        if track is None or track.unsubscribed:
-            return  # datagrams may be dropped; an unknown alias is no violation
-        self._events.append(
-            ev.ObjectReceived(
-                track.request_id,
-                ev.ObjectSource.DATAGRAM,
-                datagram.group_id,
-                None,
-                datagram.object_id,
-                datagram.publisher_priority,
-                datagram.body,
-                None,
-                datagram.track_alias,
-                datagram.end_of_group,
-            )
-        )
+        self._incoming.datagram(event.data)
 
     def _on_terminated(self, event: Any) -> None:
         self.closed = True
@@ -761,7 +476,7 @@ class MoqtSession:
         if (
             self._control_stream_id is None
             and not self.is_client
-            and _stream_is_client_initiated(stream_id)
+            and stream_is_client_initiated(stream_id)
         ):
             self._control_stream_id = stream_id
         if stream_id != self._control_stream_id:
@@ -787,7 +502,7 @@ class MoqtSession:
             self._on_setup(message)
             return
         if message.NEW_REQUEST:
-            self._accept_peer_request_id(message.request_id)  # type: ignore[attr-defined]
+            self._ids.accept_peer(message.request_id)  # type: ignore[attr-defined]
         handler = self._CONTROL_HANDLERS.get(type(message))
         if handler is None:
             raise ProtocolError(f"unexpected {type(message).__name__}")
@@ -812,26 +527,13 @@ class MoqtSession:
                 )
             version, params = DRAFT_14, message.parameters
             reply = SetupParameters(
-                max_request_id=self._granted_limit, implementation=self._implementation
+                max_request_id=self._ids.granted, implementation=self._implementation
             )
             self._send(ServerSetup(DRAFT_14, reply))
         self.setup_complete = True
         self.peer_parameters = params
-        self._peer_limit = params.max_request_id or 0
+        self._ids.limit = params.max_request_id or 0
         self._events.append(ev.SetupCompleted(version, params))
-
-    def _accept_peer_request_id(self, request_id: int) -> None:
-        if request_id != self._peer_next_request_id:
-            raise ProtocolError(
-                f"request id {request_id}, expected {self._peer_next_request_id}",
-                SessionErrorCode.INVALID_REQUEST_ID,
-            )
-        if request_id >= self._granted_limit:
-            raise ProtocolError(
-                f"request id {request_id} at or above the limit {self._granted_limit}",
-                SessionErrorCode.TOO_MANY_REQUESTS,
-            )
-        self._peer_next_request_id += 2
 
     # Requests from the peer.
 
@@ -844,17 +546,16 @@ class MoqtSession:
 
     def _on_subscribe_update(self, message: SubscribeUpdate) -> None:
         target = message.subscription_request_id
-        if target not in self._local_tracks and not isinstance(
+        if not self.objects.has_track(target) and not isinstance(
             self._inbound.get(target), Subscribe
         ):
             raise ProtocolError(f"update of unknown subscription {target}")
-        self._peer_requests_finished += 1  # an update takes an id but leaves nothing open
-        self._grant_credit()
+        self._grant_credit()  # an update takes an id but leaves nothing open
         self._events.append(ev.SubscribeUpdated(message))
 
     def _on_unsubscribe(self, message: Unsubscribe) -> None:
         request_id = message.request_id
-        known = self._local_tracks.pop(request_id, None) is not None
+        known = self.objects.drop_track(request_id) is not None
         if isinstance(self._inbound.get(request_id), Subscribe):
             known = not self._unheard(request_id)
             self._finish_peer_request(request_id)
@@ -867,9 +568,8 @@ class MoqtSession:
             track = target.track
         else:
             joined = self._inbound.get(target.joining_request_id)
-            if (
-                not isinstance(joined, Subscribe)
-                or target.joining_request_id not in self._local_tracks
+            if not isinstance(joined, Subscribe) or not self.objects.has_track(
+                target.joining_request_id
             ):
                 self._inbound[message.request_id] = message
                 self.reject(
@@ -884,9 +584,7 @@ class MoqtSession:
 
     def _on_fetch_cancel(self, message: FetchCancel) -> None:
         if isinstance(self._inbound.get(message.request_id), Fetch):
-            for stream_id, stream in list(self._out_streams.items()):
-                if stream.request_id == message.request_id:
-                    self.reset_stream(stream_id, StreamResetCode.CANCELLED)
+            self.objects.fetch_cancelled(message.request_id)
             self._finish_peer_request(message.request_id)
             if not self._unheard(message.request_id):
                 self._events.append(ev.FetchCancelled(message.request_id))
@@ -907,9 +605,7 @@ class MoqtSession:
 
     def _on_publish(self, message: Publish) -> None:
         self._inbound[message.request_id] = message
-        track = _RemoteTrack(message.request_id, message.track)
-        self._remote_tracks[message.request_id] = track
-        self._bind_alias(track, message.track_alias)
+        self._incoming.pushed(message.request_id, message.track, message.track_alias)
         self._events.append(ev.PublishRequested(message))
 
     def _on_track_status(self, message: TrackStatus) -> None:
@@ -943,22 +639,20 @@ class MoqtSession:
     # Replies to our requests.
 
     def _on_ok(self, message: Any) -> None:
-        self._take_reply(message, _OK_FOR)
+        self._take_reply(message, REQUEST_OF_OK)
         self._events.append(ev.RequestAccepted(message.request_id, message))
         if isinstance(message, SubscribeOk):
-            track = self._remote_tracks.get(message.request_id)
-            if track is not None:  # even if unsubscribed: its streams are then dropped at once
-                self._bind_alias(track, message.track_alias)
+            self._incoming.accepted(message.request_id, message.track_alias)
 
     def _on_error(self, message: Any) -> None:
-        request = self._take_reply(message, _ERROR_FOR)
+        request = self._take_reply(message, REQUEST_OF_ERROR)
         request_id = message.request_id
-        if isinstance(request, Subscribe) and request_id in self._remote_tracks:
-            self._forget_remote(self._remote_tracks[request_id])
+        if isinstance(request, Subscribe):
+            self._incoming.forget(request_id)
         elif isinstance(request, Publish):
-            self._local_tracks.pop(request_id, None)
+            self.objects.drop_track(request_id)
         elif isinstance(request, Fetch):
-            self._fetches.discard(request_id)
+            self._incoming.fetch_refused(request_id)
         elif isinstance(request, PublishNamespace):
             _pop_if(self._announced, request.namespace, request_id)
         elif isinstance(request, SubscribeNamespace):
@@ -966,13 +660,10 @@ class MoqtSession:
         self._events.append(ev.RequestRejected(request_id, message))
 
     def _on_publish_done(self, message: PublishDone) -> None:
-        track = self._remote_tracks.get(message.request_id)
-        if track is None:
-            return  # already forgotten after our UNSUBSCRIBE drained
+        if not self._incoming.ended(message.request_id, self._now):
+            return
         if isinstance(self._inbound.get(message.request_id), Publish):
             self._finish_peer_request(message.request_id)
-        if track.done_at is None:
-            track.done_at = self._now
         self._events.append(ev.SubscriptionEnded(message.request_id, message))
 
     def _on_goaway(self, message: Goaway) -> None:
@@ -984,11 +675,7 @@ class MoqtSession:
         self._events.append(ev.GoawayReceived(message.new_session_uri))
 
     def _on_max_request_id(self, message: MaxRequestId) -> None:
-        if message.request_id <= self._peer_limit:
-            raise ProtocolError(
-                f"MAX_REQUEST_ID {message.request_id} does not exceed {self._peer_limit}"
-            )
-        self._peer_limit = message.request_id
+        self._ids.raise_limit(message.request_id)
         self._events.append(ev.MaxRequestIdReceived(message.request_id))
 
     def _on_requests_blocked(self, message: RequestsBlocked) -> None:
@@ -1007,190 +694,13 @@ class MoqtSession:
         PublishNamespaceCancel: _on_publish_namespace_cancel,
         SubscribeNamespace: _on_subscribe_namespace,
         UnsubscribeNamespace: _on_unsubscribe_namespace,
-        **dict.fromkeys(_OK_FOR, _on_ok),
-        **dict.fromkeys(_ERROR_FOR, _on_error),
+        **dict.fromkeys(REQUEST_OF_OK, _on_ok),
+        **dict.fromkeys(REQUEST_OF_ERROR, _on_error),
         PublishDone: _on_publish_done,
         Goaway: _on_goaway,
         MaxRequestId: _on_max_request_id,
         RequestsBlocked: _on_requests_blocked,
     }
-
-    # ----------------------------------------------------------------------------------------
-    # Data streams.
-
-    def _on_data_stream(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        if _stream_is_client_initiated(stream_id) == self.is_client:
-            raise ProtocolError(f"data on our own unidirectional stream {stream_id}")
-        state = self._in_streams.get(stream_id)
-        if state is None:
-            parser = DataStreamParser(self.limits.max_object_payload)
-            state = self._in_streams[stream_id] = _InStream(parser, since=self._now)
-        state.fin = end_stream
-        try:
-            items = state.parser.feed(data, end_stream)
-        except ObjectTooLarge as exc:
-            logger.warning("moqt: dropping stream %d: %s", stream_id, exc.reason)
-            self._drop_in_stream(stream_id)
-            return
-        self._buffered_bytes += state.parser.buffered - state.buffered
-        state.buffered = state.parser.buffered
-        if self._buffered_bytes > self.limits.max_buffered_bytes:
-            logger.warning("moqt: dropping stream %d: incoming buffers are full", stream_id)
-            self._drop_in_stream(stream_id)
-            return
-        for item in items:
-            if stream_id not in self._in_streams:
-                return  # dropped while handling an earlier item
-            if isinstance(item, SubgroupHeader):
-                self._on_subgroup_header(stream_id, state, item)
-            elif isinstance(item, FetchHeader):
-                if item.request_id not in self._fetches:
-                    if not self._made(item.request_id):
-                        raise ProtocolError(f"fetch stream for unknown fetch {item.request_id}")
-                    # A fetch we cancelled: the peer may have opened its stream before our
-                    # FETCH_CANCEL reached it.
-                    self._drop_in_stream(stream_id)
-                    return
-                state.request_id = item.request_id
-            elif state.request_id is None:
-                self._hold(stream_id, state, item)  # type: ignore[arg-type]
-            else:
-                self._deliver(stream_id, state, item)
-        if end_stream and stream_id in self._in_streams and state.request_id is not None:
-            self._end_in_stream(stream_id, state)
-
-    def _on_subgroup_header(self, stream_id: int, state: _InStream, header: SubgroupHeader) -> None:
-        track = self._remote_by_alias.get(header.track_alias)
-        if track is not None and track.unsubscribed:
-            self._drop_in_stream(stream_id)
-        elif track is not None:
-            state.request_id = track.request_id
-        elif (
-            sum(s.request_id is None for s in self._in_streams.values())
-            > self.limits.max_pending_streams
-        ):
-            self._drop_in_stream(stream_id)
-
-    def _hold(self, stream_id: int, state: _InStream, obj: SubgroupObject) -> None:
-        size = len(obj.body.payload) + len(obj.body.extensions)
-        if self._pending_bytes + size > self.limits.max_pending_bytes:
-            self._drop_in_stream(stream_id)
-            return
-        state.pending.append(obj)
-        state.pending_bytes += size
-        self._pending_bytes += size
-
-    def _deliver(
-        self, stream_id: int, state: _InStream, item: SubgroupObject | FetchObject
-    ) -> None:
-        request_id = state.request_id
-        assert request_id is not None
-        header = state.parser.header
-        if isinstance(item, FetchObject):
-            event = ev.ObjectReceived(
-                request_id,
-                ev.ObjectSource.FETCH,
-                item.group_id,
-                item.subgroup_id,
-                item.object_id,
-                item.publisher_priority,
-                item.body,
-                stream_id,
-            )
-        else:
-            assert isinstance(header, SubgroupHeader)
-            event = ev.ObjectReceived(
-                request_id,
-                ev.ObjectSource.SUBGROUP,
-                header.group_id,
-                state.parser.subgroup_id,
-                item.object_id,
-                header.publisher_priority,
-                item.body,
-                stream_id,
-                header.track_alias,
-            )
-        self._events.append(event)
-
-    def _end_in_stream(self, stream_id: int, state: _InStream) -> None:
-        self._pop_in_stream(stream_id)
-        assert state.request_id is not None
-        header = state.parser.header
-        if isinstance(header, FetchHeader):
-            self._fetches.discard(state.request_id)
-            self._events.append(
-                ev.DataStreamEnded(stream_id, state.request_id, ev.ObjectSource.FETCH)
-            )
-        else:
-            assert isinstance(header, SubgroupHeader)
-            self._events.append(
-                ev.DataStreamEnded(
-                    stream_id,
-                    state.request_id,
-                    ev.ObjectSource.SUBGROUP,
-                    header.group_id,
-                    header.end_of_group,
-                )
-            )
-
-    def _bind_alias(self, track: _RemoteTrack, alias: int) -> None:
-        """Give a remote track its alias and release the streams that were waiting for it.
-
-        An alias may be reused once its subscription has ended (PUBLISH_DONE, UNSUBSCRIBE);
-        the ended one, kept only to place late streams, gives way.
-        """
-        previous = self._remote_by_alias.get(alias)
-        if previous is not None:
-            if previous.done_at is None:
-                raise ProtocolError(
-                    f"track alias {alias} already in use", SessionErrorCode.DUPLICATE_TRACK_ALIAS
-                )
-            self._forget_remote(previous)
-        track.track_alias = alias
-        self._remote_by_alias[alias] = track
-        for stream_id, state in list(self._in_streams.items()):
-            header = state.parser.header
-            if (
-                state.request_id is None
-                and isinstance(header, SubgroupHeader)
-                and header.track_alias == alias
-            ):
-                if track.unsubscribed:
-                    self._drop_in_stream(stream_id)
-                    continue
-                state.request_id = track.request_id
-                pending, state.pending = state.pending, []
-                self._pending_bytes -= state.pending_bytes
-                state.pending_bytes = 0
-                for obj in pending:
-                    self._deliver(stream_id, state, obj)
-                if state.fin:
-                    self._end_in_stream(stream_id, state)
-
-    def _pop_in_stream(self, stream_id: int) -> _InStream | None:
-        """Forget an incoming stream and the bytes it held."""
-        state = self._in_streams.pop(stream_id, None)
-        if state is not None:
-            self._pending_bytes -= state.pending_bytes
-            self._buffered_bytes -= state.buffered
-        return state
-
-    def _drop_in_stream(self, stream_id: int) -> None:
-        """Stop reading a stream we will not deliver (unknown alias too long, over a limit).
-
-        A stream that already ended needs no STOP_SENDING (and the QUIC stack may have
-        discarded it, which would make ``stop_stream`` raise).
-        """
-        state = self._pop_in_stream(stream_id)
-        if state is not None and state.fin:
-            return
-        self._ignored_streams.add(stream_id)
-        self._quic.stop_stream(stream_id, StreamResetCode.CANCELLED)
-
-    def _forget_remote(self, track: _RemoteTrack) -> None:
-        self._remote_tracks.pop(track.request_id, None)
-        if track.track_alias is not None:
-            self._remote_by_alias.pop(track.track_alias, None)
 
     # ----------------------------------------------------------------------------------------
     # Helpers.
@@ -1201,54 +711,41 @@ class MoqtSession:
             raise UsageError("session is closed")
         if self._control_stream_id is None:
             raise UsageError("the client has not opened the control stream yet")
-        with _caller_errors():
+        with caller_errors():
             data = message.encode()
         self._quic.send_stream_data(self._control_stream_id, data, False)
 
     def _request(self, message: Any, expects_reply: bool = True) -> int:
-        """Send a request numbered by ``_next_id``; the id is spent only once it is sent, so a
-        request refused locally never leaves a gap the peer would see as INVALID_REQUEST_ID."""
+        """Send a request numbered by ``_next_id`` (``RequestIds.take``)."""
         self._send(message)
-        self._next_request_id += 2
+        self._ids.spent()
         if expects_reply:
             self._outbound[message.request_id] = message
         return message.request_id
-
-    def _made(self, request_id: int) -> bool:
-        """Whether this session has sent a request with this id (ids alternate by side)."""
-        return request_id < self._next_request_id and request_id % 2 == self._next_request_id % 2
 
     def _next_id(self) -> int:
         """The id the next request will take, if the session and the peer's limit allow one."""
         if not self.setup_complete or self.closed:
             raise UsageError("session is not established")
-        request_id = self._next_request_id
-        if request_id >= self._peer_limit:
-            if self._blocked_sent_for != self._peer_limit:
-                self._blocked_sent_for = self._peer_limit
-                self._send(RequestsBlocked(self._peer_limit))
-            raise RequestLimitReached(f"peer allows request ids below {self._peer_limit}")
-        return request_id
-
-    def _limit_for(self, requests: int) -> int:
-        """The MAX_REQUEST_ID value that lets the peer make ``requests`` requests in all."""
-        return self._peer_first_request_id + 2 * requests
+        blocked = self._ids.blocked()
+        if blocked is not None:
+            self._send(RequestsBlocked(blocked))
+        return self._ids.take()
 
     def _finish_peer_request(self, request_id: int) -> None:
         """Forget a peer request that is over, and return its credit."""
         if self._inbound.pop(request_id, None) is None:
             return
         self._answered.discard(request_id)
-        self._peer_requests_finished += 1
         self._grant_credit()
 
     def _grant_credit(self) -> None:
-        """Keep ``request_window`` peer requests open; grant in steps of half a window."""
-        window = self.limits.request_window
-        limit = self._limit_for(self._peer_requests_finished + window)
-        if limit - self._granted_limit >= max(2, window):  # ids step by two: window ids = half
-            self._granted_limit = limit
+        limit = self._ids.peer_finished()
+        if limit is not None:
             self._send(MaxRequestId(limit))
+
+    def _emit(self, event: ev.MoqtEvent) -> None:
+        self._events.append(event)
 
     def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any:
         """The peer's open request ``request_id`` of ``request_type`` that awaits our answer."""
@@ -1275,49 +772,6 @@ class MoqtSession:
             if isinstance(request, request_type) and request.namespace == namespace:
                 return request_id
         return None
-
-    def _check_not_publishing(self, track: FullTrackName) -> None:
-        if any(t.track == track for t in self._local_tracks.values()):
-            raise UsageError(f"{track} is already published on this session")
-
-    def _allocate_alias(self) -> int:
-        alias = self._next_track_alias
-        self._next_track_alias += 1
-        return alias
-
-    def _local_track(self, request_id: int) -> _LocalTrack:
-        track = self._local_tracks.get(request_id)
-        if track is None:
-            raise UsageError(f"no published track {request_id}")
-        return track
-
-    def _open_out_stream(self, request_id: int, header: SubgroupHeader | FetchHeader) -> int:
-        if self.closed:
-            raise UsageError("session is closed")
-        with _caller_errors():
-            data = header.encode()
-        stream_id = self._quic.get_next_available_stream_id(True)
-        self._quic.send_stream_data(stream_id, data, False)
-        self._out_streams[stream_id] = _OutStream(request_id, header)
-        return stream_id
-
-    def _out_stream(self, stream_id: int, header_type: type) -> _OutStream:
-        stream = self._out_streams.get(stream_id)
-        if stream is None or not isinstance(stream.header, header_type):
-            raise UsageError(f"no open {header_type.__name__} stream {stream_id}")
-        return stream
-
-    def _write_stream(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        if self.closed:
-            raise UsageError("session is closed")
-        self._quic.send_stream_data(stream_id, data, end_stream)
-        if end_stream:
-            self._stream_closed(self._out_streams.pop(stream_id))
-
-    def _stream_closed(self, stream: _OutStream) -> None:
-        """A fetch is over once its stream is; the request's credit returns."""
-        if isinstance(stream.header, FetchHeader):
-            self._finish_peer_request(stream.request_id)
 
     def _fail(self, code: int, reason: str) -> None:
         logger.info("moqt session closing: %s (%#x)", reason, code)

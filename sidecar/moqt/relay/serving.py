@@ -148,7 +148,7 @@ class Serving:
         for sub in track.subscribers:
             if sub.live and sub.wants(location) and not sub.peer.link.backlogged():
                 self.counters.object_bytes_sent += len(event.body.payload)
-                self.session(sub.peer).send_datagram(
+                self.session(sub.peer).objects.send_datagram(
                     sub.request_id,
                     event.group_id,
                     event.object_id,
@@ -250,7 +250,7 @@ class Serving:
         if stream is None and key in sub.finished:
             return
         if stream is None:
-            stream_id = session.open_subgroup(
+            stream_id = session.objects.open_subgroup(
                 sub.request_id,
                 group_id,
                 obj.subgroup_id,
@@ -261,7 +261,7 @@ class Serving:
         elif stream.stopped or obj.object_id <= stream.last_object:
             return
         self.counters.object_bytes_sent += len(obj.payload)
-        session.send_object(
+        session.objects.send_object(
             stream.stream_id,
             obj.object_id,
             obj.payload,
@@ -298,9 +298,9 @@ class Serving:
             return
         session = self.session(sub.peer)
         if reset:
-            session.reset_stream(stream.stream_id, StreamResetCode.INTERNAL_ERROR)
+            session.objects.reset_stream(stream.stream_id, StreamResetCode.INTERNAL_ERROR)
         else:
-            session.end_stream(stream.stream_id)
+            session.objects.end_stream(stream.stream_id)
 
     def _replay_step(self, item: Replay) -> bool:
         sub = item.sub
@@ -363,7 +363,9 @@ class Serving:
             if reset_streams:
                 for stream in sub.streams.values():
                     if not stream.stopped:
-                        self.session(peer).reset_stream(stream.stream_id, StreamResetCode.CANCELLED)
+                        self.session(peer).objects.reset_stream(
+                            stream.stream_id, StreamResetCode.CANCELLED
+                        )
         sub.streams.clear()
         self._detach(sub)
 
@@ -380,9 +382,9 @@ class Serving:
             return
         session = self.session(fetch.peer)
         if fetch.stream_id is None:
-            fetch.stream_id = session.open_fetch_stream(fetch.request_id)
+            fetch.stream_id = session.objects.open_fetch_stream(fetch.request_id)
         self.counters.object_bytes_sent += len(obj.payload)
-        session.send_fetch_object(
+        session.objects.send_fetch_object(
             fetch.stream_id,
             group_id,
             obj.subgroup_id,
@@ -410,13 +412,13 @@ class Serving:
             return
         session = self.session(fetch.peer)
         if fetch.stream_id is None and not reset:
-            fetch.stream_id = session.open_fetch_stream(fetch.request_id)
+            fetch.stream_id = session.objects.open_fetch_stream(fetch.request_id)
         if fetch.stream_id is None:
             return
         if reset:
-            session.reset_stream(fetch.stream_id, StreamResetCode.INTERNAL_ERROR)
+            session.objects.reset_stream(fetch.stream_id, StreamResetCode.INTERNAL_ERROR)
         else:
-            session.end_stream(fetch.stream_id)
+            session.objects.end_stream(fetch.stream_id)
 
     _RUNNERS: ClassVar[dict[type[Item], Callable[[Serving, Any], bool]]] = {
         Send: _run_send,

@@ -61,14 +61,38 @@ from .track_status import TrackStatus, TrackStatusError, TrackStatusOk
 
 ALL_MESSAGE_TYPES: tuple[type[ControlMessage], ...] = tuple(_REGISTRY.values())
 
+REQUEST_OF_OK: dict[type[ControlMessage], type[ControlMessage]] = {
+    SubscribeOk: Subscribe,
+    PublishOk: Publish,
+    FetchOk: Fetch,
+    TrackStatusOk: TrackStatus,
+    PublishNamespaceOk: PublishNamespace,
+    SubscribeNamespaceOk: SubscribeNamespace,
+}
+"""The request each *_OK answers."""
+REQUEST_OF_ERROR: dict[type[ControlMessage], type[ControlMessage]] = {
+    SubscribeError: Subscribe,
+    PublishError: Publish,
+    FetchError: Fetch,
+    TrackStatusError: TrackStatus,
+    PublishNamespaceError: PublishNamespace,
+    SubscribeNamespaceError: SubscribeNamespace,
+}
+"""The request each *_ERROR refuses."""
+ERROR_OF_REQUEST = {request: error for error, request in REQUEST_OF_ERROR.items()}
+"""The *_ERROR that refuses each request."""
+
 __all__ = [
     "ALL_MESSAGE_TYPES",
     "DEFAULT_FILTER",
     "DRAFT_14",
+    "ERROR_OF_REQUEST",
     "MAX_GOAWAY_URI",
     "MAX_MESSAGE_LENGTH",
     "NO_PARAMETERS",
     "NO_SETUP_PARAMETERS",
+    "REQUEST_OF_ERROR",
+    "REQUEST_OF_OK",
     "UNKNOWN_STREAM_COUNT",
     "ClientSetup",
     "ControlMessage",
