@@ -20,7 +20,7 @@ from sidecar.moqt.protocol.errors import (
     UsageError,
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
-from sidecar.moqt.relay.records import RelayLimits
+from sidecar.moqt.protocol.records import OriginLimits
 from tests.support.aio import run
 from tests.support.relay import STACKS, publisher_server
 
@@ -297,7 +297,7 @@ def test_a_writer_goes_at_the_pace_of_its_subscriber_and_loses_it_no_object(
     """Eight times the track's cache through one subscription, written as fast as the writer
     can: it waits for the subscriber (write_backlog), so nothing waits long enough to be
     sent to the cache instead, where most of it would be evicted already (TOO_FAR_BEHIND)."""
-    limits = RelayLimits(max_queued_bytes=4 * MiB)
+    limits = OriginLimits(max_queued_bytes=4 * MiB)
     publisher = api.Publisher(limits, write_backlog=MiB)
     track = publisher.track(NAMESPACE, b"int8", cache_bytes=4 * MiB)
     groups, objects, size = 32, 4, 256 * 1024
@@ -311,13 +311,13 @@ def test_a_writer_goes_at_the_pace_of_its_subscriber_and_loses_it_no_object(
         ):
             subscription = await session.subscribe(TRACK)
             reading = asyncio.ensure_future(read_all(subscription))
-            served = publisher.relay.tracks[TRACK]
+            served = publisher.origin.tracks[TRACK]
             most_queued = 0
             for group in range(groups):
                 for obj in range(objects):
                     last = obj == objects - 1
                     await track.write(group, obj, payload(group, obj, size), end_of_group=last)
-                    most_queued = max(most_queued, publisher.relay.queued_bytes(served))
+                    most_queued = max(most_queued, publisher.origin.queued_bytes(served))
             assert most_queued <= publisher.write_backlog
             track.end()
             received = sorted(await reading, key=lambda obj: obj.location)  # groups interleave

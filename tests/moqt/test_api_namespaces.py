@@ -63,7 +63,7 @@ def test_a_refused_namespace_subscription_raises_and_leaves_the_others(
             api.connect(relay.url, settings_for(cert)) as publisher,
             api.connect(relay.url, settings_for(cert)) as follower,
         ):
-            # The relay lets one peer follow 64 prefixes (relay.records.RelayLimits).
+            # The relay lets one peer follow 64 prefixes (protocol.records.OriginLimits).
             followed = [await follower.subscribe_namespace((*PREFIX, b"%d" % i)) for i in range(64)]
             with pytest.raises(api.RequestRefused, match="64 prefixes"):
                 await follower.subscribe_namespace(PREFIX)
@@ -102,6 +102,6 @@ def test_a_publisher_announces_its_namespaces_to_a_follower_and_withdraws_them(
             assert await next_announcement(namespaces) == api.Announcement(FIRST, False)
             # The follower declined the PUBLISH offers (it subscribes by itself): the
             # publisher holds none of them open.
-            assert all(not peer.offers for peer in publisher.relay.peers)
+            assert all(not peer.offers for peer in publisher.origin.peers)
 
     run(main)

@@ -196,7 +196,7 @@ def test_a_relay_that_refuses_the_namespace_subscription_leaves_lookups_to_probe
     relay: RelayProcess,
     cert: CertificatePaths,
 ) -> None:
-    """Our relay lets one peer follow 64 prefixes (relay.records.RelayLimits): a decoder session
+    """Our relay lets one peer follow 64 prefixes (protocol.records.OriginLimits): a decoder session
     that follows as many already gets its SUBSCRIBE_NAMESPACE refused. Lookups go on, from
     the query's links, and nothing is tracked."""
     long = list(range(8000, 8000 + 3 * PROMPT_CHUNK))

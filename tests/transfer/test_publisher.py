@@ -31,7 +31,7 @@ TOKENS = list(range(10, 20))  # chunks of 4, 4, 2
 
 def payloads(publisher: KVPublisher, track: FullTrackName, group: int) -> list[bytes]:
     assert publisher.get(track) is not None
-    held = publisher.relay.cache.objects(track, Location(group, 0), Location(group, 99))
+    held = publisher.origin.cache.objects(track, Location(group, 0), Location(group, 99))
     return [obj.payload for _, obj in held]
 
 

@@ -6,12 +6,13 @@ an application uses are all here (`__all__`); they live in three modules:
 
 * `publishing`: `Publisher` holds a process's tracks (each a `PublishedTrack`), shared by
   all its sessions. Serving them is not written there: the tracks are local tracks of a
-  `relay.core.Relay`, and every session hands that core the peer's SUBSCRIBE, FETCH,
-  TRACK_STATUS and SUBSCRIBE_NAMESPACE, so a kvmoq publisher answers exactly as a kvmoq
-  relay does (cached objects from an absolute start, FETCH from the cache,
+  `protocol.origin.Origin`, and every session hands that origin the peer's SUBSCRIBE,
+  FETCH, TRACK_STATUS and SUBSCRIBE_NAMESPACE, so a kvmoq publisher answers exactly as a
+  kvmoq relay does (cached objects from an absolute start, FETCH from the cache,
   PUBLISH_NAMESPACE and PUBLISH to a namespace subscriber). A request for a track the
   publisher does not hold yet waits here for `Publisher.resolve` in a task, and is handed
-  on once it is made.
+  on once it is made. A session with no publisher (one that only subscribes) builds no
+  origin: it answers the peer's requests as an empty one would.
 * `receiving`: what the application reads (objects, announcements, each an async iterator
   with a bound on what waits unread) and the errors the API raises.
 * this module: `Session`, one MoQT session as the application sees it (`subscribe`,
@@ -116,7 +117,7 @@ class Session:
         receive_buffer: int = DEFAULT_RECEIVE_BUFFER,
     ) -> None:
         self.connection = connection
-        self.publisher = publisher or Publisher()
+        self.publisher = publisher
         self.receive_buffer = receive_buffer
         self._replies: dict[int, asyncio.Future[Any]] = {}
         self._subscriptions: dict[int, Subscription] = {}
@@ -124,10 +125,19 @@ class Session:
         self._namespace_subscriptions: dict[int, NamespaceSubscription] = {}
         self._peer_namespaces: OrderedDict[tuple[bytes, ...], None] = OrderedDict()
         """Announced by the peer and not withdrawn, as far as this session still hears."""
-        self._peer = ConnectionLink.attach(
-            self.publisher.relay, connection, "session", on_resumed=self.publisher.notify
+        self._peer = (
+            None
+            if publisher is None
+            else ConnectionLink.attach(
+                publisher.origin, connection, "session", on_resumed=publisher.notify
+            )
         )
-        """This session as the publisher's relay core serves it."""
+        """This session as the publisher's origin serves it (None: no publisher)."""
+        self._announced: set[tuple[bytes, ...]] = (
+            set() if self._peer is None else self._peer.announced
+        )
+        """Namespaces the peer was told of: by `publish_namespace`, or by the origin (the
+        peer followed a prefix of them). One set: the origin's record of the peer, if any."""
         self._resolving: dict[int, asyncio.Task[None]] = {}
         """The peer's requests that wait for `Publisher.resolve`, by request id."""
 
@@ -188,21 +198,21 @@ class Session:
     async def publish_namespace(self, namespace: tuple[bytes, ...]) -> None:
         """Announce a namespace (to a relay), so subscribers are routed to this session.
         Done already if the publisher told the peer of it (it followed a prefix of it)."""
-        if namespace in self._peer.announced:
+        if namespace in self._announced:
             return
         request_id = self._open().publish_namespace(namespace)
-        self._peer.announced.add(namespace)
+        self._announced.add(namespace)
         try:
             await self._await_reply(request_id)
         except RequestRefused:
-            self._peer.announced.discard(namespace)
+            self._announced.discard(namespace)
             raise
 
     def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
         """Withdraw an announced namespace: the relay stops routing requests for it here.
         Nothing to do if it was withdrawn already (`Publisher.remove`)."""
-        if namespace in self._peer.announced:
-            self._peer.announced.discard(namespace)
+        if namespace in self._announced:
+            self._announced.discard(namespace)
             self.connection.moqt.publish_namespace_done(namespace)
             self.connection.transmit()
 
@@ -319,7 +329,7 @@ class Session:
     def _on_accepted(self, event: ev.RequestAccepted) -> None:
         future = self._replies.get(event.request_id)
         if future is None:
-            self._serve(event)  # an answer to the relay core (PUBLISH_OK to its offer)
+            self._serve(event)  # an answer to the origin (PUBLISH_OK to its offer)
         elif not future.done():
             future.set_result(event.message)
 
@@ -358,9 +368,27 @@ class Session:
     # Serving our tracks -----------------------------------------------------------------
 
     def _serve(self, event: ev.MoqtEvent) -> None:
-        """Hand a peer's request (or its answer to one of the core's) to the relay core."""
-        self.publisher.relay.handle(self._peer, event)
+        """Hand a peer's request (or its answer to one of the origin's) to the origin."""
+        if self.publisher is None or self._peer is None:
+            self._serve_nothing(event)
+            return
+        self.publisher.origin.handle(self._peer, event)
         self.publisher.notify()
+
+    def _serve_nothing(self, event: ev.MoqtEvent) -> None:
+        """Without a publisher: the answers of an origin that holds nothing."""
+        moqt = self.connection.moqt
+        if isinstance(event, ev.FetchRequested):
+            code = FetchErrorCode.TRACK_DOES_NOT_EXIST
+            moqt.reject(event.message.request_id, code, "no such track")
+        elif isinstance(event, ev.SubscribeRequested | ev.TrackStatusRequested):
+            code = SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+            moqt.reject(event.message.request_id, code, "no such track")
+        elif isinstance(event, ev.NamespaceSubscribeRequested):
+            moqt.subscribe_namespace_ok(event.message.request_id)  # nothing to tell of
+        else:
+            return
+        self.connection.transmit()
 
     def _on_track_request(
         self, event: ev.SubscribeRequested | ev.FetchRequested | ev.TrackStatusRequested
@@ -370,21 +398,23 @@ class Session:
         served. UNSUBSCRIBE, FETCH_CANCEL or the session's end cancel the wait (the
         publisher's work goes on: another request may be waiting for the same track)."""
         name = event.track if isinstance(event, ev.FetchRequested) else event.message.track
-        if self.publisher.get(name) is not None:
+        if self.publisher is None or self.publisher.get(name) is not None:
             self._serve(event)
             return
+        publisher = self.publisher
         request_id = event.message.request_id
-        task = asyncio.ensure_future(self._resolve_then_serve(name, event))
+        task = asyncio.ensure_future(self._resolve_then_serve(publisher, name, event))
         self._resolving[request_id] = task
         task.add_done_callback(lambda _: self._resolving.pop(request_id, None))
 
     async def _resolve_then_serve(
         self,
+        publisher: Publisher,
         name: FullTrackName,
         event: ev.SubscribeRequested | ev.FetchRequested | ev.TrackStatusRequested,
     ) -> None:
         try:
-            await self.publisher.resolve(name)
+            await publisher.resolve(name)
         except Exception:
             logger.exception("resolving %s failed", name)  # the peer hears no details
             if not self.connection.closing:
@@ -397,7 +427,7 @@ class Session:
                 self.connection.transmit()
             return
         if not self.connection.closing:
-            self._serve(event)  # the core refuses a track that did not resolve
+            self._serve(event)  # the origin refuses a track that did not resolve
 
     def _on_request_over(self, event: ev.Unsubscribed | ev.FetchCancelled) -> None:
         task = self._resolving.pop(event.request_id, None)
@@ -492,7 +522,8 @@ async def connect(
 ) -> AsyncIterator[Session]:
     """A session to a MoQT server or relay at `url` (moqt://host:port/path).
 
-    `publisher`'s tracks are served to the peer; `receive_buffer` bounds the unread bytes of
+    `publisher`'s tracks are served to the peer (without one the session only subscribes,
+    and the peer's requests find nothing); `receive_buffer` bounds the unread bytes of
     each subscription and fetch; `token` is the JWT a relay with `--auth-key` asks for.
     """
     sessions: list[Session] = []

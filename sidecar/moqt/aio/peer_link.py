@@ -1,7 +1,7 @@
-"""A session's connection as ``relay.core.Relay`` sees it (``relay.records.PeerLink``), on asyncio.
+"""A session's connection as an origin sees it (``protocol.records.PeerLink``), on asyncio.
 
 Shared by the relay's server and by publishing applications (``aio.api``): both hand their
-sessions to a ``Relay`` the same way.
+sessions to an ``Origin`` (a relay is one) the same way.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ..relay.core import Relay
-from ..relay.records import Peer
+from ..protocol.origin import Origin
+from ..protocol.records import Peer
 from . import transport
 
 
@@ -18,11 +18,11 @@ class ConnectionLink:
     def __init__(
         self,
         connection: transport.MoqtConnection,
-        relay: Relay,
+        origin: Origin,
         on_resumed: Callable[[], None] | None = None,
     ) -> None:
         self._connection = connection
-        self._relay = relay
+        self._origin = origin
         self._on_resumed = on_resumed
         self._drain_task: asyncio.Task[None] | None = None
         self._peer: Peer | None = None
@@ -30,15 +30,16 @@ class ConnectionLink:
     @classmethod
     def attach(
         cls,
-        relay: Relay,
+        origin: Origin,
         connection: transport.MoqtConnection,
         name: str,
         on_resumed: Callable[[], None] | None = None,
     ) -> Peer:
-        """Make ``connection`` a peer of ``relay``; hand its events to ``relay.handle``.
-        ``on_resumed`` is called each time the relay wrote more to it after a drain."""
-        link = cls(connection, relay, on_resumed)
-        peer = link._peer = relay.add_peer(connection.moqt, link, name)
+        """Make ``connection`` a peer of ``origin``; the caller hands its events to
+        ``origin.handle``. ``on_resumed`` is called each time the origin wrote more to it
+        after a drain."""
+        link = cls(connection, origin, on_resumed)
+        peer = link._peer = origin.add_peer(connection.moqt, link, name)
         return peer
 
     def backlogged(self) -> bool:
@@ -59,6 +60,6 @@ class ConnectionLink:
         except ConnectionError:
             return  # the session's SessionClosed event cleans up
         if self._peer is not None:
-            self._relay.resume(self._peer)
+            self._origin.resume(self._peer)
         if self._on_resumed is not None:
             self._on_resumed()

@@ -1,8 +1,8 @@
 """A process's tracks (`Publisher`, each a `PublishedTrack`), shared by all its sessions.
 
-Serving them is not written here: the tracks are local tracks of a `relay.core.Relay`, and
-every session hands that core the peer's requests (see `api`), so a kvmoq publisher answers
-exactly as a kvmoq relay does. What the core cannot do, being sans-I/O, stays here: pacing a
+Serving them is not written here: the tracks are local tracks of a `protocol.origin.Origin`,
+and every session hands that origin the peer's requests (see `api`), so a kvmoq publisher
+answers exactly as a kvmoq relay (an origin too) does from what it holds. What the core cannot do, being sans-I/O, stays here: pacing a
 writer to the track's slowest subscriber (`WRITE_BACKLOG`), and tracks made on first request
 (`Publisher.resolve`).
 """
@@ -15,30 +15,30 @@ from collections.abc import Callable
 from sidecar.moqt.aio.quic_backend import MiB
 from sidecar.moqt.protocol.errors import UsageError
 from sidecar.moqt.protocol.model import FullTrackName, Location, TrackObject
-from sidecar.moqt.relay.core import Relay
-from sidecar.moqt.relay.records import RelayLimits, Track
+from sidecar.moqt.protocol.origin import Origin
+from sidecar.moqt.protocol.records import OriginLimits, Track
 
 DEFAULT_TRACK_CACHE = 256 * MiB
 WRITE_BACKLOG = 16 * MiB
 """Bytes that may wait for one subscriber of a track before `PublishedTrack.write` waits:
-well under `RelayLimits.max_queued_bytes`, so a subscriber that keeps up with the network is
+well under `OriginLimits.max_queued_bytes`, so a subscriber that keeps up with the network is
 never sent to read the cache instead (which a bounded track cache could evict first)."""
 
 
 class Publisher:
     """The tracks one process publishes, served to every session that reaches it.
 
-    Serving is `relay.core`'s: the tracks are local tracks of a `Relay` that holds this
-    process's sessions as peers, so a SUBSCRIBE, FETCH, TRACK_STATUS or SUBSCRIBE_NAMESPACE
-    gets the answer a kvmoq relay gives, from the same code. `limits` bound what peers can
-    make it hold (`RelayLimits`); each track's objects are bounded by its `cache_bytes`;
+    Serving is `protocol.origin`'s: the tracks are local tracks of an `Origin` that holds
+    this process's sessions as peers, so a SUBSCRIBE, FETCH, TRACK_STATUS or
+    SUBSCRIBE_NAMESPACE gets the answer a kvmoq relay gives, from the same code. `limits`
+    bound what peers can make it hold (`OriginLimits`); each track's objects are bounded by its `cache_bytes`;
     `write_backlog` is how far a writer may run ahead of a track's slowest subscriber.
     """
 
     def __init__(
-        self, limits: RelayLimits | None = None, *, write_backlog: int = WRITE_BACKLOG
+        self, limits: OriginLimits | None = None, *, write_backlog: int = WRITE_BACKLOG
     ) -> None:
-        self.relay = Relay(limits)
+        self.origin = Origin(limits)
         self.write_backlog = write_backlog
         self._tracks: dict[FullTrackName, PublishedTrack] = {}
         self._changed = asyncio.Event()
@@ -55,7 +55,7 @@ class Publisher:
         full = FullTrackName(namespace, name)
         track = self._tracks.get(full)
         if track is None:
-            track = PublishedTrack(self, self.relay.open_local(full, cache_bytes))
+            track = PublishedTrack(self, self.origin.open_local(full, cache_bytes))
             self._tracks[full] = track
         return track
 
@@ -78,7 +78,7 @@ class Publisher:
         find no track, and sessions that were told of the namespace hear it is gone."""
         for name in [name for name in self._tracks if name.namespace == namespace]:
             del self._tracks[name]
-            self.relay.close_local(name)
+            self.origin.close_local(name)
 
     @property
     def namespaces(self) -> set[tuple[bytes, ...]]:
@@ -86,7 +86,7 @@ class Publisher:
 
     def held_bytes(self, namespace: tuple[bytes, ...]) -> int:
         """Object bytes the tracks of `namespace` keep cached."""
-        return self.relay.local_bytes(namespace)
+        return self.origin.local_bytes(namespace)
 
     def notify(self) -> None:
         """A session's request was served, or a session's connection drained: what `until`
@@ -101,7 +101,7 @@ class Publisher:
 
 
 class PublishedTrack:
-    """A track this process writes; `Publisher.relay` serves it to subscribers."""
+    """A track this process writes; `Publisher.origin` serves it to subscribers."""
 
     def __init__(self, publisher: Publisher, track: Track) -> None:
         self.name = track.name
@@ -131,7 +131,9 @@ class PublishedTrack:
             raise UsageError(f"{location} is not after the largest object {self.largest}")
         obj = TrackObject(object_id, payload, extensions=extensions)
         try:
-            self._publisher.relay.write_local(self._track, group_id, obj, end_of_group=end_of_group)
+            self._publisher.origin.write_local(
+                self._track, group_id, obj, end_of_group=end_of_group
+            )
         except ValueError as exc:  # an object bigger than the whole track cache
             raise UsageError(str(exc)) from None
         self.largest = location
@@ -151,17 +153,17 @@ class PublishedTrack:
         session ends). Always yields to the event loop at least once."""
         self.put(group_id, object_id, payload, extensions=extensions, end_of_group=end_of_group)
         await asyncio.sleep(0)
-        publisher, relay = self._publisher, self._publisher.relay
-        await publisher.until(lambda: relay.queued_bytes(self._track) <= publisher.write_backlog)
+        publisher, origin = self._publisher, self._publisher.origin
+        await publisher.until(lambda: origin.queued_bytes(self._track) <= publisher.write_backlog)
 
     def end(self) -> None:
         """End the track: subscriptions get PUBLISH_DONE (TRACK_ENDED) once they have every
         object; it is still served from the cache until `Publisher.remove`."""
-        self._publisher.relay.end_local(self._track)
+        self._publisher.origin.end_local(self._track)
 
     @property
     def ended(self) -> bool:
-        """`end` was called, or `Publisher.remove` withdrew the track: the relay core that
+        """`end` was called, or `Publisher.remove` withdrew the track: the origin that
         serves it holds it as ended."""
         return not self._track.local
 

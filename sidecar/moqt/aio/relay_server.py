@@ -46,7 +46,7 @@ from pathlib import Path
 from ..protocol.events import MoqtEvent
 from ..relay.auth import Authorizer
 from ..relay.core import Relay
-from ..relay.records import Peer, RelayLimits
+from ..relay.records import RelayLimits, RelayPeer
 from . import transport
 from .peer_link import ConnectionLink
 from .quic_backend import QuicSettings
@@ -119,9 +119,10 @@ async def start_relay(
 
 def _attach(
     relay: Relay, connection: transport.MoqtConnection, name: str
-) -> tuple[Peer, transport.MoqtEventHandler]:
+) -> tuple[RelayPeer, transport.MoqtEventHandler]:
     """Make ``connection`` a peer of ``relay``; its events go to the relay from now on."""
     peer = ConnectionLink.attach(relay, connection, name)
+    assert isinstance(peer, RelayPeer)  # what ``Relay.add_peer`` makes
 
     def on_event(event: MoqtEvent) -> None:
         relay.handle(peer, event)
@@ -182,7 +183,7 @@ async def _upstream_session(
     relay: Relay, url: str, settings: QuicSettings, token: str | None
 ) -> None:
     """One session to the upstream relay, from SETUP until it closes."""
-    peers: list[Peer] = []
+    peers: list[RelayPeer] = []
 
     def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
         peer, handler = _attach(relay, connection, f"upstream {url}")

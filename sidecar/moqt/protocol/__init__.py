@@ -1,2 +1,3 @@
 """MoQT draft-14 without I/O: wire codec, control messages, data streams, the session state
-machine and its events, and the rules (windows, peer quirks) that publishers and relays share."""
+machine and its events, and the origin model that publishers and relays both serve from
+(tracks, cache, outbox, serving), with the rules (windows, peer quirks) they share."""

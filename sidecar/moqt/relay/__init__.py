@@ -1,2 +1,4 @@
-"""kvmoq's relay: the sans-I/O core (routing, upstream subscriptions, fan-out, cache, FETCH,
-an edge's upstream), its parts, its metrics, and the asyncio server around it."""
+"""kvmoq's relay, sans-I/O: what a relay adds to an origin (``protocol.origin``): routing by
+namespace, one upstream request per track or range, PUBLISH from publishers, an edge's
+upstream, authorization, retention, and its metrics. Its asyncio server is
+``aio.relay_server``."""

@@ -6,29 +6,24 @@ cache the first fills, once it is whole (decoders below an edge ask for a chunk 
 Upstream's objects travel on their own stream and may overtake its FETCH_OK: until that
 has gone down they wait on the fetch (``DownstreamFetch.early``), bounded like an outbox.
 ``core.Relay`` decides whether a peer may fetch and whom to ask, and hands the FETCH's
-events from upstream here; ``serving.Serving`` writes what goes down.
+events from upstream here; ``protocol.serving.Serving`` answers from the cache and writes
+what goes down.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Set
 
 from ..protocol import events as ev
+from ..protocol.cache import ObjectCache
 from ..protocol.errors import FetchErrorCode, UsageError
-from ..protocol.messages import (
-    Fetch,
-    FetchOk,
-    JoiningFetch,
-    StandaloneFetch,
-    fetch_end,
-)
-from ..protocol.model import FullTrackName, GroupOrder, Location, TrackObject, known_order
-from ..protocol.windows import end_object, joining_range, standalone_range, whole_groups
-from .cache import RelayCache
-from .outbox import FetchEnd, FetchReplay, FetchSend
-from .records import DownstreamFetch, Peer, RelayCounters
-from .serving import Serving
+from ..protocol.messages import FetchOk, StandaloneFetch
+from ..protocol.model import FullTrackName, Location, TrackObject, known_order
+from ..protocol.outbox import FetchEnd, FetchSend
+from ..protocol.records import DownstreamFetch, Peer
+from ..protocol.serving import Serving
+from ..protocol.windows import end_object, whole_groups
+from .records import RelayCounters, RelayPeer
 
 
 class Fetching:
@@ -36,10 +31,10 @@ class Fetching:
 
     def __init__(
         self,
-        cache: RelayCache,
+        cache: ObjectCache,
         counters: RelayCounters,
         serving: Serving,
-        peers: Set[Peer],
+        peers: Set[RelayPeer],
         max_queued_bytes: int,
     ) -> None:
         self.cache = cache
@@ -54,45 +49,29 @@ class Fetching:
     # Requests from downstream.
 
     def request(
-        self, peer: Peer, message: Fetch, track: FullTrackName, publisher: Peer | None
+        self, fetch: DownstreamFetch, group_order: int, publisher: RelayPeer | None
     ) -> None:
         """A FETCH the peer may make: from the cache, or through ``publisher`` (None: no
         one to ask)."""
-        window = self._window(peer, message.target)
-        if window is None:
-            self.serving.session(peer).reject(
-                message.request_id, FetchErrorCode.INVALID_RANGE, "nothing to join"
-            )
+        if publisher is None or self.serving.cached_range(fetch):
+            self.serving.fetch_from_cache(fetch)
             return
-        start, end = window
-        fetch = DownstreamFetch(
-            peer,
-            message.request_id,
-            track,
-            start,
-            end,
-            message.group_order == GroupOrder.DESCENDING,
-        )
-        if publisher is None or self._cached_range(fetch):
-            self._from_cache(fetch)
-            return
+        peer = fetch.peer
         leader = self._inflight.get(fetch.range)
         if leader is not None:
             leader.followers.append(fetch)
-            peer.fetches[message.request_id] = fetch
+            peer.fetches[fetch.request_id] = fetch
             return
-        target = StandaloneFetch(track, start, end.group, end_object(end))
+        target = StandaloneFetch(fetch.track, fetch.start, fetch.end.group, end_object(fetch.end))
         try:
-            request_id = self.serving.session(publisher).fetch(
-                target, group_order=message.group_order
-            )
+            request_id = self.serving.session(publisher).fetch(target, group_order=group_order)
         except UsageError:
-            self._from_cache(fetch)
+            self.serving.fetch_from_cache(fetch)
             return
         fetch.early = []
         self.counters.fetches_sent += 1
         publisher.upstream_fetches[request_id] = fetch
-        peer.fetches[message.request_id] = fetch
+        peer.fetches[fetch.request_id] = fetch
         self._inflight[fetch.range] = fetch
 
     def cancelled(self, peer: Peer, request_id: int) -> None:
@@ -116,7 +95,7 @@ class Fetching:
     # ------------------------------------------------------------------------------------
     # What upstream sends for a FETCH sent to it.
 
-    def accepted(self, upstream: Peer, request_id: int, message: FetchOk) -> None:
+    def accepted(self, upstream: RelayPeer, request_id: int, message: FetchOk) -> None:
         fetch = upstream.upstream_fetches.get(request_id)
         if fetch is None or fetch.early is None:
             return
@@ -134,7 +113,7 @@ class Fetching:
         for item in early:
             self.serving.enqueue(fetch.peer, item)
 
-    def rejected(self, upstream: Peer, request_id: int, code: int, reason: str) -> None:
+    def rejected(self, upstream: RelayPeer, request_id: int, code: int, reason: str) -> None:
         fetch = upstream.upstream_fetches.pop(request_id, None)
         if fetch is None:
             return
@@ -143,13 +122,13 @@ class Fetching:
             fetch.peer.fetches.pop(fetch.request_id, None)
             self.serving.session(fetch.peer).reject(fetch.request_id, code, reason)
 
-    def object(self, upstream: Peer, event: ev.ObjectReceived, obj: TrackObject) -> None:
+    def object(self, upstream: RelayPeer, event: ev.ObjectReceived, obj: TrackObject) -> None:
         fetch = upstream.upstream_fetches.get(event.request_id)
         if fetch is not None:
             self.cache.add(fetch.track, event.group_id, obj, refill=True)
             self._forward(upstream, event.request_id, FetchSend(fetch, event.group_id, obj))
 
-    def stream_ended(self, upstream: Peer, request_id: int, reset: bool) -> bool:
+    def stream_ended(self, upstream: RelayPeer, request_id: int, reset: bool) -> bool:
         """Upstream's fetch stream ended; whether ``request_id`` was a FETCH at all."""
         fetch = upstream.upstream_fetches.get(request_id)
         if fetch is None:
@@ -162,7 +141,7 @@ class Fetching:
         self._upstream_over(fetch, whole=not reset, reason="upstream reset the fetch")
         return True
 
-    def upstream_left(self, upstream: Peer, reason: str) -> None:
+    def upstream_left(self, upstream: RelayPeer, reason: str) -> None:
         """``upstream`` left with FETCHes of ours unanswered or under way."""
         for fetch in upstream.upstream_fetches.values():
             self._upstream_over(fetch, whole=False, reason=reason)
@@ -185,52 +164,11 @@ class Fetching:
                 continue
             if whole:
                 del follower.peer.fetches[follower.request_id]
-                self._from_cache(follower)
+                self.serving.fetch_from_cache(follower)
             else:
                 self._refuse(follower, reason)
 
-    def _window(
-        self, peer: Peer, target: StandaloneFetch | JoiningFetch
-    ) -> tuple[Location, Location] | None:
-        if isinstance(target, StandaloneFetch):
-            return standalone_range(target)
-        sub = peer.downstreams.get(target.joining_request_id)
-        return None if sub is None else joining_range(target, sub.start)
-
-    def _cached_range(self, fetch: DownstreamFetch) -> bool:
-        """Whether the cache holds every group of the range that the track has."""
-        largest = self.cache.largest(fetch.track)
-        if largest is None or fetch.start.group > largest.group:
-            return False  # past what is cached: only the publisher knows whether it exists
-        last = min(fetch.end.group, largest.group)
-        cached = self.cache.group_ids(fetch.track, fetch.start.group, last)
-        if len(cached) != last - fetch.start.group + 1:  # ids are distinct: none missing
-            return False
-        groups = [self.cache.group(fetch.track, g) for g in cached]
-        return all(group is not None and group.complete for group in groups)
-
-    def _from_cache(self, fetch: DownstreamFetch) -> None:
-        objects = list(self.cache.objects(fetch.track, fetch.start, fetch.end))
-        session = self.serving.session(fetch.peer)
-        if not objects and not self.cache.has_track(fetch.track):
-            code, reason = FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
-            session.reject(fetch.request_id, code, reason)
-            return
-        if not objects:
-            session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
-            return
-        session.fetch_ok(
-            fetch.request_id,
-            fetch_end(objects),
-            group_order=GroupOrder.DESCENDING if fetch.descending else GroupOrder.ASCENDING,
-        )
-        groups = deque(dict.fromkeys(g for g, _ in objects))
-        if fetch.descending:
-            groups.reverse()
-        fetch.peer.fetches[fetch.request_id] = fetch
-        self.serving.enqueue(fetch.peer, FetchReplay(fetch, groups))
-
-    def _forward(self, upstream: Peer, request_id: int, item: FetchSend | FetchEnd) -> None:
+    def _forward(self, upstream: RelayPeer, request_id: int, item: FetchSend | FetchEnd) -> None:
         """Pass on what upstream sent for a FETCH, or hold it until FETCH_OK (bounded like
         an outbox: past ``max_queued_bytes`` the FETCH fails both ways)."""
         fetch = item.fetch

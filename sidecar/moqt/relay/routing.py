@@ -1,8 +1,9 @@
-"""Which peer publishes which namespace, and which peers asked to hear of which prefixes.
+"""Which peer publishes which namespace: where the relay sends a request for a track.
 
 Kept apart from the relay's session handling so the routing rules (longest matching prefix
 wins; the newest publisher of a namespace wins; a namespace is gone only when its last
-publisher is) are plain data, generic over whatever the relay uses to name a peer.
+publisher is) are plain data, generic over whatever the relay uses to name a peer. Who
+follows which prefix is the origin's (``protocol.origin.Followers``).
 """
 
 from __future__ import annotations
@@ -11,23 +12,19 @@ from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 from ..protocol.model import has_prefix
+from ..protocol.records import Namespace
 
-Namespace = tuple[bytes, ...]
 P = TypeVar("P", bound=Hashable)
 
 
 class RoutingLimitExceeded(Exception):
-    """A peer asked the relay to remember more namespaces or prefixes than it allows."""
+    """Peers asked the relay to remember more namespaces than it allows."""
 
 
 class NamespaceTable(Generic[P]):
-    def __init__(self, max_namespaces: int, max_prefixes_per_peer: int) -> None:
+    def __init__(self, max_namespaces: int) -> None:
         self.max_namespaces = max_namespaces
-        self.max_prefixes_per_peer = max_prefixes_per_peer
         self._publishers: dict[Namespace, list[P]] = {}
-        self._prefixes: dict[P, set[Namespace]] = {}
-
-    # Publishers.
 
     def add_publisher(self, namespace: Namespace, peer: P) -> bool:
         """Record ``peer`` as a publisher of ``namespace``; True if the namespace is new."""
@@ -70,34 +67,6 @@ class NamespaceTable(Generic[P]):
     def published_by(self, peer: P) -> list[Namespace]:
         return [ns for ns, peers in self._publishers.items() if peer in peers]
 
-    # Namespace subscribers.
-
-    def add_prefix(self, peer: P, prefix: Namespace) -> None:
-        prefixes = self._prefixes.setdefault(peer, set())
-        if prefix not in prefixes and len(prefixes) >= self.max_prefixes_per_peer:
-            raise RoutingLimitExceeded(f"a peer may follow {self.max_prefixes_per_peer} prefixes")
-        prefixes.add(prefix)
-
-    def remove_prefix(self, peer: P, prefix: Namespace) -> None:
-        prefixes = self._prefixes.get(peer)
-        if prefixes is not None:
-            prefixes.discard(prefix)
-            if not prefixes:
-                del self._prefixes[peer]
-
-    def followed(self) -> set[Namespace]:
-        """Every prefix some peer follows."""
-        return set().union(*self._prefixes.values())
-
-    def interested_in(self, namespace: Namespace) -> list[P]:
-        """Peers following a prefix of ``namespace``."""
-        return [
-            peer
-            for peer, prefixes in self._prefixes.items()
-            if any(has_prefix(namespace, prefix) for prefix in prefixes)
-        ]
-
     def remove_peer(self, peer: P) -> list[Namespace]:
-        """Forget everything about ``peer``; returns the namespaces nobody publishes any more."""
-        self._prefixes.pop(peer, None)
+        """Forget what ``peer`` publishes; returns the namespaces nobody publishes any more."""
         return [ns for ns in self.published_by(peer) if self.remove_publisher(ns, peer)]

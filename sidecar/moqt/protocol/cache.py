@@ -1,8 +1,8 @@
-"""The relay's object cache: every track's groups under one byte budget, evicted LRU by group.
+"""An origin's object cache: every track's groups under one byte budget, evicted LRU by group.
 
-``model.TrackCache`` holds one track's groups and answers range queries; a relay carries many
-tracks, and a budget per track would let one busy track starve the others or let many idle
-ones hold memory nobody reads. So the budget and the recency order are global here, keyed by
+``model.TrackCache`` holds one track's groups and answers range queries; an origin (a relay's
+above all) carries many tracks, and a budget per track would let one busy track starve the
+others or let many idle ones hold memory nobody reads. So the budget and the recency order are global here, keyed by
 (track, group), and each ``TrackCache`` is only the per-track store.
 
 A group counts as used when it begins (its first object) and whenever a reader takes it from
@@ -20,9 +20,9 @@ evicted group, so that the rest of a group evicted while its objects were still 
 not cached as if it were the whole group (a FETCH from the publisher may refill it whole).
 
 Every object is charged ``OBJECT_OVERHEAD`` bytes on top of its payload, so a peer cannot fill
-the relay with millions of empty status objects that weigh nothing.
+the cache with millions of empty status objects that weigh nothing.
 
-A track this process writes itself (``Relay.open_local``: a publisher's own) is *pinned*: its
+A track this process writes itself (``Origin.open_local``: a publisher's own) is *pinned*: its
 objects exist nowhere else, so the budget and the LRU order must not drop them for another
 track's sake. A pinned track has a bound of its own, set by its writer, and leaves only when
 its writer ``unpin``s it.
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from ..protocol.model import FullTrackName, Group, Location, TrackCache, TrackObject
+from .model import FullTrackName, Group, Location, TrackCache, TrackObject
 
 OBJECT_OVERHEAD = 128
 MAX_EVICTION_RECORDS = 100_000
@@ -41,7 +41,7 @@ MAX_EVICTION_RECORDS = 100_000
 _GroupKey = tuple[FullTrackName, int]
 
 
-class RelayCache:
+class ObjectCache:
     def __init__(self, max_bytes: int) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")

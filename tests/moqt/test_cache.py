@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.moqt.protocol.cache import OBJECT_OVERHEAD, ObjectCache
 from sidecar.moqt.protocol.model import FullTrackName, Location, TrackObject
-from sidecar.moqt.relay.cache import OBJECT_OVERHEAD, RelayCache
 
 A = FullTrackName((b"ns",), b"a")
 B = FullTrackName((b"ns",), b"b")
@@ -18,7 +18,7 @@ def obj(object_id: int, size: int) -> TrackObject:
 
 def test_the_least_recently_used_group_of_any_track_goes_first() -> None:
     cost = 1000 + OBJECT_OVERHEAD
-    cache = RelayCache(3 * cost)
+    cache = ObjectCache(3 * cost)
     cache.add(A, 0, obj(0, 1000))
     cache.add(B, 0, obj(0, 1000))
     cache.add(A, 1, obj(0, 1000))
@@ -34,7 +34,7 @@ def test_groups_arriving_together_go_in_the_order_they_began() -> None:
     half-way in, its rest not kept), and the two newest stay whole. Were every object a use,
     which groups stay would follow the order the streams were served in: here 0 and 2, and
     the newest, 3, lost half-way."""
-    cache = RelayCache(4 * (100 + OBJECT_OVERHEAD))
+    cache = ObjectCache(4 * (100 + OBJECT_OVERHEAD))
     for group in range(4):
         cache.add(A, group, obj(0, 100))
     assert cache.group_ids(A, 0) == [0, 1, 2, 3]  # full, each group half-way in
@@ -50,7 +50,7 @@ def test_groups_arriving_together_go_in_the_order_they_began() -> None:
 
 def test_a_read_that_does_not_touch_leaves_the_order_alone() -> None:
     cost = 1000 + OBJECT_OVERHEAD
-    cache = RelayCache(2 * cost)
+    cache = ObjectCache(2 * cost)
     cache.add(A, 0, obj(0, 1000))
     cache.add(A, 1, obj(0, 1000))
     assert cache.group(A, 0, touch=False) is not None
@@ -59,7 +59,7 @@ def test_a_read_that_does_not_touch_leaves_the_order_alone() -> None:
 
 
 def test_whole_groups_are_evicted_never_half_of_one() -> None:
-    cache = RelayCache(4 * (100 + OBJECT_OVERHEAD))
+    cache = ObjectCache(4 * (100 + OBJECT_OVERHEAD))
     for group in range(3):
         for object_id in range(2):
             cache.add(A, group, obj(object_id, 100))
@@ -68,7 +68,7 @@ def test_whole_groups_are_evicted_never_half_of_one() -> None:
 
 
 def test_empty_objects_still_cost_and_oversized_ones_are_not_kept() -> None:
-    cache = RelayCache(10 * OBJECT_OVERHEAD)
+    cache = ObjectCache(10 * OBJECT_OVERHEAD)
     for group in range(50):
         cache.add(A, group, obj(0, 0))
     assert len(cache.group_ids(A, 0)) == 10
@@ -77,7 +77,7 @@ def test_empty_objects_still_cost_and_oversized_ones_are_not_kept() -> None:
 
 
 def test_a_replaced_object_is_charged_once() -> None:
-    cache = RelayCache(1 << 20)
+    cache = ObjectCache(1 << 20)
     cache.add(A, 0, obj(0, 500))
     cache.add(A, 0, obj(0, 300))
     assert cache.size == 300 + OBJECT_OVERHEAD
@@ -96,7 +96,7 @@ def test_never_over_budget_and_accounting_matches_contents(
     adds: list[tuple[FullTrackName, int, int, int]],
 ) -> None:
     budget = 20_000
-    cache = RelayCache(budget)
+    cache = ObjectCache(budget)
     for track, group, object_id, size in adds:
         cache.add(track, group, obj(object_id, size))
         assert cache.size <= budget

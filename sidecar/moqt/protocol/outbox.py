@@ -1,6 +1,6 @@
-"""What the relay has to write to one peer, in order: small items that refer to cached
-payloads (no copies), and the object bytes they hold (see ``core``'s docstring for
-why the relay queues per peer and how it bounds the queue)."""
+"""What an origin has to write to one peer, in order: small items that refer to cached
+payloads (no copies), and the object bytes they hold (see ``origin``'s docstring for
+why it queues per peer and how it bounds the queue)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from ..protocol.model import TrackObject
+from .model import TrackObject
 
 if TYPE_CHECKING:
     from .records import Downstream, DownstreamFetch

@@ -1,47 +1,48 @@
-"""Serving: everything the relay core sends down to its peers.
+"""Serving: everything an origin sends down to its peers.
 
-A downstream subscription or FETCH is served from the relay's cache and the live path
-alike, through each peer's outbox (see ``core``'s docstring for why the outbox, and why
+A downstream subscription or FETCH is served from the origin's cache and the live path
+alike, through each peer's outbox (see ``origin``'s docstring for why the outbox, and why
 the cache is the real buffer). This module owns the writing: starting a subscription,
-passing live objects on, replays of cached groups, falling behind and catching up, ending
-subscriptions and fetches with what their streams truthfully carried. ``core.Relay``
-decides *what* is served (routing, upstream requests, authorization) and calls in here;
+passing live objects on, replays of cached groups, FETCH from the cache, falling behind and
+catching up, ending subscriptions and fetches with what their streams truthfully carried.
+``origin.Origin`` (and the relay built on it) decides *what* is served and calls in here;
 it hears back through two callbacks: a peer whose writing failed, and a track that lost a
 subscriber (it may drop the track).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..protocol import events as ev
-from ..protocol.errors import PublishDoneStatus, StreamResetCode
-from ..protocol.messages import PublishOk, Subscribe
-from ..protocol.model import FullTrackName, Location, ObjectStatus, TrackObject
-from ..protocol.quirks import PeerQuirks
-from ..protocol.session import MoqtSession
-from ..protocol.windows import START, subscription_window
-from .cache import RelayCache
+from . import events as ev
+from .cache import ObjectCache
+from .errors import FetchErrorCode, PublishDoneStatus, StreamResetCode
+from .messages import JoiningFetch, PublishOk, StandaloneFetch, Subscribe, fetch_end
+from .model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
 from .outbox import Done, EndStream, FetchEnd, FetchReplay, FetchSend, Item, Replay, Send
+from .quirks import PeerQuirks
 from .records import (
     Downstream,
     DownstreamFetch,
     Feed,
+    OriginCounters,
     Peer,
-    RelayCounters,
     SubgroupStream,
     Track,
 )
+from .session import MoqtSession
+from .windows import START, joining_range, standalone_range, subscription_window
 
 
 class Serving:
-    """See the module docstring. One per ``core.Relay``."""
+    """See the module docstring. One per ``origin.Origin``."""
 
     def __init__(
         self,
-        cache: RelayCache,
-        counters: RelayCounters,
+        cache: ObjectCache,
+        counters: OriginCounters,
         max_queued_bytes: int,
         *,
         failed: Callable[[Peer], None],
@@ -50,8 +51,8 @@ class Serving:
         self.cache = cache
         self.counters = counters
         self.max_queued_bytes = max_queued_bytes
-        self._failed = failed  # writing to this peer raised: the relay closes its session
-        self._released = released  # this track lost a subscriber: the relay may drop it
+        self._failed = failed  # writing to this peer raised: the origin closes its session
+        self._released = released  # this track lost a subscriber: the origin may drop it
         self._dirty: set[Peer] = set()
 
     # ------------------------------------------------------------------------------------
@@ -158,6 +159,53 @@ class Serving:
                     extensions=event.body.extensions,
                     end_of_group=event.end_of_group,
                 )
+
+    # ------------------------------------------------------------------------------------
+    # FETCH from the cache.
+
+    @staticmethod
+    def fetch_window(
+        peer: Peer, target: StandaloneFetch | JoiningFetch
+    ) -> tuple[Location, Location] | None:
+        """The range a FETCH asks for; None for a joining FETCH that joins nothing here."""
+        if isinstance(target, StandaloneFetch):
+            return standalone_range(target)
+        sub = peer.downstreams.get(target.joining_request_id)
+        return None if sub is None else joining_range(target, sub.start)
+
+    def cached_range(self, fetch: DownstreamFetch) -> bool:
+        """Whether the cache holds every group of the range that the track has."""
+        largest = self.cache.largest(fetch.track)
+        if largest is None or fetch.start.group > largest.group:
+            return False  # past what is cached: only the publisher knows whether it exists
+        last = min(fetch.end.group, largest.group)
+        cached = self.cache.group_ids(fetch.track, fetch.start.group, last)
+        if len(cached) != last - fetch.start.group + 1:  # ids are distinct: none missing
+            return False
+        groups = [self.cache.group(fetch.track, g) for g in cached]
+        return all(group is not None and group.complete for group in groups)
+
+    def fetch_from_cache(self, fetch: DownstreamFetch) -> None:
+        """Answer a FETCH with what the cache holds of its range (FETCH_ERROR if nothing)."""
+        objects = list(self.cache.objects(fetch.track, fetch.start, fetch.end))
+        session = self.session(fetch.peer)
+        if not objects and not self.cache.has_track(fetch.track):
+            code, reason = FetchErrorCode.TRACK_DOES_NOT_EXIST, "no such track"
+            session.reject(fetch.request_id, code, reason)
+            return
+        if not objects:
+            session.reject(fetch.request_id, FetchErrorCode.NO_OBJECTS, "nothing in range")
+            return
+        session.fetch_ok(
+            fetch.request_id,
+            fetch_end(objects),
+            group_order=GroupOrder.DESCENDING if fetch.descending else GroupOrder.ASCENDING,
+        )
+        groups = deque(dict.fromkeys(g for g, _ in objects))
+        if fetch.descending:
+            groups.reverse()
+        fetch.peer.fetches[fetch.request_id] = fetch
+        self.enqueue(fetch.peer, FetchReplay(fetch, groups))
 
     # ------------------------------------------------------------------------------------
     # The outbox.
