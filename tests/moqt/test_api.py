@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import random
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from sidecar.moqt.protocol.errors import (
     UsageError,
 )
 from sidecar.moqt.protocol.model import FullTrackName, Location
+from sidecar.moqt.protocol.origin import Origin
 from sidecar.moqt.protocol.records import OriginLimits
 from tests.support.aio import run
 from tests.support.relay import STACKS, publisher_server
@@ -178,6 +180,42 @@ def test_track_status_and_unknown_track(settings: QuicSettings, cert: Certificat
             assert refused.value.code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
             with pytest.raises(api.RequestRefused):
                 await session.track_status(unknown)
+
+    run(main)
+
+
+def test_a_session_that_only_subscribes_builds_no_origin_and_serves_nothing(
+    settings: QuicSettings, cert: CertificatePaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client without a publisher builds no origin (the real one counted as it is built);
+    the peer's requests of it find nothing, as they would at an origin that holds nothing."""
+    publisher = api.Publisher()
+    built: list[Origin] = []
+    build = Origin.__init__
+
+    def counted(origin: Origin, *args: Any, **kwargs: Any) -> None:
+        built.append(origin)
+        build(origin, *args, **kwargs)
+
+    async def main() -> None:
+        async with publisher_server(settings, cert, publisher) as (url, sessions):
+            monkeypatch.setattr(Origin, "__init__", counted)
+            async with api.connect(url, settings) as client:
+                assert client.publisher is None and not built
+                server = sessions[0]
+                with pytest.raises(api.RequestRefused) as refused:
+                    await server.subscribe(TRACK)
+                assert refused.value.code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+                with pytest.raises(api.RequestRefused) as refused:
+                    await server.fetch(TRACK, Location(0, 0), 1)
+                assert refused.value.code == FetchErrorCode.TRACK_DOES_NOT_EXIST
+                with pytest.raises(api.RequestRefused):
+                    await server.track_status(TRACK)
+                announcements = await server.subscribe_namespace(NAMESPACE[:1])
+                await announcements.unsubscribe()
+                # It still announces (to a relay, which routes requests here to be refused).
+                await client.publish_namespace(NAMESPACE)
+            assert not built
 
     run(main)
 
