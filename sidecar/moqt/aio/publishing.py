@@ -105,7 +105,6 @@ class PublishedTrack:
 
     def __init__(self, publisher: Publisher, track: Track) -> None:
         self.name = track.name
-        self.largest: Location | None = None
         self._publisher = publisher
         self._track = track
 
@@ -136,7 +135,6 @@ class PublishedTrack:
             )
         except ValueError as exc:  # an object bigger than the whole track cache
             raise UsageError(str(exc)) from None
-        self.largest = location
 
     async def write(
         self,
@@ -160,6 +158,11 @@ class PublishedTrack:
         """End the track: subscriptions get PUBLISH_DONE (TRACK_ENDED) once they have every
         object; it is still served from the cache until `Publisher.remove`."""
         self._publisher.origin.end_local(self._track)
+
+    @property
+    def largest(self) -> Location | None:
+        """The last object written: the origin's record of the track holds it."""
+        return self._track.largest
 
     @property
     def ended(self) -> bool:

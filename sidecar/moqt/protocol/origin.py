@@ -492,15 +492,14 @@ class Origin:
     def _cache_new(self, track: Track, group_id: int, obj: TrackObject) -> bool:
         """Cache an arriving object; False if the group was whole here already."""
         location = Location(group_id, obj.object_id)
+        cached = self.cache.group(track.name, group_id, touch=False)
+        if cached is None or not cached.complete:
+            self.cache.add(track.name, group_id, obj)  # ValueError: over the track's bound
         if track.largest is None or location > track.largest:
             track.largest = location
-        cached = self.cache.group(track.name, group_id, touch=False)
-        if cached is not None and cached.complete:
-            # Sent again: an upstream relay replays what this edge already holds whole for a
-            # later subscriber. Whoever here wants the group read it from the cache already.
-            return False
-        self.cache.add(track.name, group_id, obj)
-        return True
+        # Else sent again: an upstream relay replays what this edge already holds whole for
+        # a later subscriber. Whoever here wants the group read it from the cache already.
+        return cached is None or not cached.complete
 
     def _arrived(self, track: Track, stream: int, group_id: int, obj: TrackObject) -> None:
         """An object on one of the track's live group streams: cache it, pass it on."""
