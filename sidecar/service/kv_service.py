@@ -29,7 +29,7 @@ from sidecar.kvcache.codecs import get_codec
 from sidecar.kvcache.errors import KVCodecError
 from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE, chunk_ranges
 from sidecar.kvcache.naming import MAX_TOKENS, PromptName
-from sidecar.kvcache.prefix_index import PrefixIndex, PrefixMatch
+from sidecar.kvcache.prefix_index import PrefixMatch
 from sidecar.kvcache.tracks import DEFAULT_TRACK, DEFAULT_TRACKS
 from sidecar.log import get_logger
 from sidecar.moqt.aio.api import MoqtApiError
@@ -43,6 +43,7 @@ from sidecar.service.errors import (
 )
 from sidecar.service.metrics import Metrics
 from sidecar.service.relay_link import RelayLink
+from sidecar.transfer.prompts import PromptStore
 from sidecar.transfer.publisher import PublishedPrompt, PublishError
 from sidecar.transfer.resume import LoadBudget, load_resuming
 from sidecar.transfer.subscriber import (
@@ -151,13 +152,10 @@ class KVService:
         self.draining = False
         self._sets: dict[str, BufferSet] = {}
         self._writers: Counter[str] = Counter()
-        self._published: dict[tuple[bytes, ...], PublishedPrompt] = {}
         self._loads: set[asyncio.Task[None]] = set()
         self._publishing: set[asyncio.Task[None]] = set()
-        self._local = PrefixIndex(prompt_key=link.publisher.prompt_key)
-        """Chunk links of the prompts published here, to load them from `_local_kv`."""
-        self._local_kv: dict[tuple[bytes, ...], tuple[torch.Tensor, ...]] = {}
-        """Each fully published prompt's KV, chunk by chunk, as its publisher holds it."""
+        self.prompts = PromptStore(link.publisher, link, settings.max_published_bytes)
+        """The prompts published here: their tracks, KV, index, announcement, eviction."""
 
     # Buffer sets ------------------------------------------------------------------------
 
@@ -220,15 +218,13 @@ class KVService:
         default = default_track or (
             self.settings.default_track if self.settings.default_track in offered else offered[0]
         )
-        name = self.link.publisher.prompt_name(buffers.model, token_ids, self.settings.chunk_size)
-        namespace = name.namespace()
-        known = self._published.get(namespace)
+        known = self.prompts.get(buffers.model, token_ids, self.settings.chunk_size)
         if known is not None:
             return known
         kv = buffers.read(source, len(token_ids))
         try:
             buffers.layout.check(kv, finite=True)
-            prompt = self.link.publisher.prompt(
+            prompt = self.prompts.declare(
                 buffers.model,
                 buffers.layout,
                 token_ids,
@@ -238,7 +234,6 @@ class KVService:
             )
         except (PublishError, KVCodecError) as exc:
             raise InvalidArgument(str(exc)) from None
-        self._published[namespace] = prompt
         # Shielded: a caller that leaves must not leave a prompt half published, which
         # every later Publish of the same tokens would be answered with.
         task = asyncio.create_task(self._publish(prompt, kv))
@@ -248,12 +243,10 @@ class KVService:
         return prompt
 
     async def _publish(self, prompt: PublishedPrompt, kv: torch.Tensor) -> None:
-        await self.link.announce(prompt.namespace)
-        await prompt.publish(kv)
+        for evicted, held in await self.prompts.publish(prompt, kv):
+            self.metrics.evicted_prompts.inc()
+            log.info("prompt_evicted", prompt=evicted.name.prompt_id, held_bytes=held)
         assert prompt.catalog is not None
-        self._local_kv[prompt.namespace] = prompt.held_kv
-        self._evict_published(keep=prompt.namespace)
-        self._local.add_catalog(prompt.catalog)
         for index in range(prompt.chunk_count):
             for track, size in prompt.catalog.chunk_bytes(index).items():
                 self.metrics.published_bytes.labels(track).inc(size)
@@ -265,33 +258,6 @@ class KVService:
             tracks=list(prompt.offered),
         )
 
-    def _evict_published(self, keep: tuple[bytes, ...]) -> None:
-        """Withdraw the oldest published prompts until what they hold fits the budget.
-
-        Only fully published prompts are candidates (a prompt still being encoded is not in
-        `_local_kv` yet), and the one just published stays even alone over the budget: its
-        Publish succeeded. Relays keep serving withdrawn prompts from their own caches.
-        """
-        held = {ns: self._held_bytes(ns) for ns in self._local_kv}
-        total = sum(held.values())
-        for namespace in list(self._local_kv):
-            if total <= self.settings.max_published_bytes:
-                break
-            if namespace == keep:
-                continue
-            total -= held[namespace]
-            prompt = self._published.pop(namespace)
-            del self._local_kv[namespace]
-            self._local.remove(prompt.name)
-            self.link.publisher.remove(namespace)
-            self.link.withdraw(namespace)
-            self.metrics.evicted_prompts.inc()
-            log.info("prompt_evicted", prompt=prompt.name.prompt_id, held_bytes=held[namespace])
-
-    def _held_bytes(self, namespace: tuple[bytes, ...]) -> int:
-        kv = sum(chunk.numel() * chunk.element_size() for chunk in self._local_kv[namespace])
-        return kv + self.link.publisher.held_bytes(namespace)
-
     # Lookup -----------------------------------------------------------------------------
 
     async def lookup(
@@ -301,7 +267,7 @@ class KVService:
         quality floor `max_kl` (None: the settings')."""
         buffers = self._request(set_id, token_ids)
         choice = self._track_choice((), max_kl)
-        local = self._local.lookup(buffers.model, token_ids)
+        local = self.prompts.local(buffers.model, token_ids)
         subscriber = self.link.subscriber
         found = Found(None, 0, 0, self.link.url, 0.0)
         if local is not None:
@@ -422,7 +388,7 @@ class KVService:
             emit(ChunkWritten(kept))
 
         fetched: list[LoadedChunk] = []  # as the subscriber writes them: however the load ends
-        local = self._local.lookup(buffers.model, token_ids)
+        local = self.prompts.local(buffers.model, token_ids)
         prompt, available = (local.prompt, local.tokens) if local else (None, 0)
         rejected: tuple[RejectedChunk, ...] = ()
         try:
@@ -477,7 +443,7 @@ class KVService:
             raise InvalidArgument(str(exc)) from None
 
     def _load_local(self, match: PrefixMatch, write: KVSink, held: int) -> StopReason:
-        chunks = self._local_kv[match.prompt.namespace()]
+        chunks = self.prompts.chunks(match)
         for span in chunk_ranges(match.tokens, match.chunk_size)[held // match.chunk_size :]:
             write(span, chunks[span.start // match.chunk_size][:, :, : len(span)])
         return StopReason.COMPLETE

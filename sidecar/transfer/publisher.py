@@ -106,6 +106,10 @@ class KVPublisher(Publisher):
         data = revision.encode()
         return data if self.signer is None else self.signer.seal(data)
 
+    def declared(self, namespace: tuple[bytes, ...]) -> PublishedPrompt | None:
+        """The prompt published (or being published) under `namespace`, if any."""
+        return self._prompts.get(namespace)
+
     def holds(self, prompt: PublishedPrompt) -> bool:
         """Whether `prompt` is still published here (not removed since)."""
         return self._prompts.get(prompt.namespace) is prompt
