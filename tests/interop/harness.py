@@ -98,8 +98,8 @@ def skip_if_unavailable(kind: str) -> None:
         pytest.skip(f"aiomoqt peers need {AIOMOQT_PYTHON} (a Python 3.12 venv with aiomoqt)")
     if kind == "moqrs":
         pytest.importorskip("moq", reason="moq-rs peers need the moq-rs package (import moq)")
-    if kind == "kvmoq-pquic" and not CHECKOUT_RELAY_PYTHON.exists():
-        pytest.skip(f"kvmoq's relay on aiopquic runs in {CHECKOUT_RELAY_PYTHON} (setup.sh)")
+    if kind == "kvmoq-default" and not CHECKOUT_RELAY_PYTHON.exists():
+        pytest.skip(f"kvmoq's relay as users run it needs {CHECKOUT_RELAY_PYTHON} (setup.sh)")
 
 
 class Peer:

@@ -19,7 +19,7 @@ from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
 from sidecar.transfer.track_quality import DEFAULT_MAX_KL, MEASURED
-from tests.support.relay import RelayProcess
+from tests.support.relay import DEFAULTS, RelayProcess
 from tests.support.sidecar import (
     CHUNK,
     LAYOUT,
@@ -36,17 +36,21 @@ from tests.support.sidecar import (
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("relay", ["aioquic", DEFAULTS], indirect=True)
 def test_kv_published_by_one_sidecar_loads_bit_exact_through_another(
-    relay: RelayProcess, cert: CertificatePaths
+    relay: RelayProcess, cert: CertificatePaths, request: pytest.FixtureRequest
 ) -> None:
+    """On loopback-size packets, and as users run the relay and sidecars: no flags but
+    where the relay is."""
     prompt = list(range(1000, 1050))  # 3 whole chunks of 16 and a partial one
     query = [*prompt, *range(7, 27)]  # shares the prompt's first 3 chunks (48 tokens)
     kv = synthetic_kv(LAYOUT, len(prompt))
     flags = ("--chunk-size", str(CHUNK))
+    size = None if request.node.callspec.params["relay"] == DEFAULTS else 16384
     with (
         shm_directory() as shm,
-        running_sidecar(relay.url, cert, *flags) as prefill,
-        running_sidecar(relay.url, cert, *flags) as decode,
+        running_sidecar(relay.url, cert, *flags, datagram_size=size) as prefill,
+        running_sidecar(relay.url, cert, *flags, datagram_size=size) as decode,
     ):
         prefill.wait_ready()
         decode.wait_ready()

@@ -70,6 +70,9 @@ RELAY_BACKENDS = (
     ),
 )
 """For tests of the relay process on each stack: aioquic as the sidecar runs it, aiopquic."""
+DEFAULTS = "defaults"
+"""A `backend` for `running_relay` (and the `relay` fixtures' parameter): `kvmoq relay` as
+users run it, nothing chosen for it."""
 
 E = TypeVar("E", bound=MoqtEvent)
 
@@ -112,12 +115,22 @@ def running_relay(
     backend: str = "aioquic",
 ) -> Iterator[RelayProcess]:
     """`python -m sidecar.cli relay` on ``port`` (default: a free one), on the interpreter
-    ``python`` (default: this one; `RELAY_PYTHON` for aiopquic) and the QUIC ``backend``;
-    yields once it printed its URL."""
+    ``python`` (default: this one; `RELAY_PYTHON` for aiopquic) and the QUIC ``backend``
+    at loopback packet sizes, or (``backend`` `DEFAULTS`) as users run it: no backend or
+    packet size named, on the relay's own install where there is one; yields once it
+    printed its URL."""
     port = port or free_udp_port()
     settings = settings_for(cert)
-    if backend in SELF_SIZED:
+    if backend == DEFAULTS:
+        python = RELAY_PYTHON if RELAY_PYTHON.exists() else python
+        settings = QuicSettings(ca_file=cert.cert)
+    elif backend in SELF_SIZED:
         python, settings = RELAY_PYTHON, QuicSettings(ca_file=cert.cert)
+    chosen = (
+        ()
+        if backend == DEFAULTS
+        else ("--max-datagram-size", str(settings.max_datagram_size), "--backend", backend)
+    )
     argv = [
         str(python),
         "-m",
@@ -129,10 +142,7 @@ def running_relay(
         str(cert.cert),
         "--key",
         str(cert.key),
-        "--max-datagram-size",
-        str(settings.max_datagram_size),
-        "--backend",
-        backend,
+        *chosen,
         *flags,
     ]
     with tempfile.TemporaryFile("w+") as log:

@@ -119,10 +119,11 @@ class SidecarProcess:
 
 @contextmanager
 def running_sidecar(
-    relay_url: str, cert: CertificatePaths, *flags: str
+    relay_url: str, cert: CertificatePaths, *flags: str, datagram_size: int | None = 16384
 ) -> Iterator[SidecarProcess]:
-    """`python -m sidecar.cli sidecar` on a fresh socket and free ports; yields once it
-    serves (not necessarily connected to the relay: see `wait_ready`)."""
+    """`python -m sidecar.cli sidecar` on a fresh socket and free ports, with loopback
+    packets of `datagram_size` bytes (None: its default); yields once it serves (not
+    necessarily connected to the relay: see `wait_ready`)."""
     with tempfile.TemporaryDirectory(prefix="kvmoq-sidecar-") as scratch:
         log_file = Path(scratch) / "sidecar.log"
         argv = [
@@ -130,7 +131,8 @@ def running_sidecar(
             "--relay", relay_url, "--ca", str(cert.cert),
             "--grpc", f"unix://{scratch}/api.sock",
             "--probe", "127.0.0.1:0", "--http", "127.0.0.1:0",
-            "--max-datagram-size", "16384", *flags,
+            *(() if datagram_size is None else ("--max-datagram-size", str(datagram_size))),
+            *flags,
         ]  # fmt: skip
         with log_file.open("w") as log:
             process = subprocess.Popen(
