@@ -3,8 +3,6 @@ from what it holds, by the code a relay answers with (no process, no socket)."""
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 import pytest
 
 from sidecar.moqt.protocol import events as ev
@@ -17,74 +15,22 @@ from sidecar.moqt.protocol.errors import (
 from sidecar.moqt.protocol.messages import FilterType, StandaloneFetch, SubscriptionFilter
 from sidecar.moqt.protocol.model import FullTrackName, Location, ObjectStatus, TrackObject
 from sidecar.moqt.protocol.origin import Origin
-from sidecar.moqt.protocol.records import OriginLimits, Peer, Track
-from sidecar.moqt.protocol.session import MoqtSession
-from tests.support.quic_pair import SessionPair
-
-T = TypeVar("T")
+from sidecar.moqt.protocol.records import OriginLimits, Track
+from tests.support.memory import Served, of
 
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"abc123")
 TRACK = FullTrackName(NAMESPACE, b"fp16")
 FROM_START = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))
 
 
-class MemoryLink:
-    """A connection with room to spare: the pair's pump carries what the session wrote."""
-
-    def backlogged(self) -> bool:
-        return False
-
-    def closing(self) -> bool:
-        return False
-
-    def transmit(self) -> None:
-        pass
-
-    def wake_when_drained(self) -> None:
-        raise AssertionError("a memory link never fills")
-
-
-class Served:
-    """``SessionPair``s whose server sides are peers of one ``Origin``."""
-
-    def __init__(self, limits: OriginLimits | None = None, *, clients: int = 1) -> None:
-        self.origin = Origin(limits)
-        self.pairs = [SessionPair() for _ in range(clients)]
-        self.peers: list[Peer] = [
-            self.origin.add_peer(pair.sessions()[1], MemoryLink(), f"client {n}")
-            for n, pair in enumerate(self.pairs)
-        ]
-        self.run()
-
-    @property
-    def client(self) -> MoqtSession:
-        return self.pairs[0].sessions()[0]
-
-    def run(self, client: int = 0) -> list[ev.MoqtEvent]:
-        """Move everything every way, the servers' events to the origin; one client's."""
-        while True:
-            handled = False
-            for pair, peer in zip(self.pairs, self.peers, strict=True):
-                pair.pump()
-                for event in pair.take("server"):
-                    self.origin.handle(peer, event)
-                    handled = True
-            if not handled:
-                return self.pairs[client].take("client")
-
-    def write(self, track: Track, group: int, count: int, *, end_of_group: bool = True) -> None:
-        for object_id in range(count):
-            last = end_of_group and object_id == count - 1
-            obj = TrackObject(object_id, payload(group, object_id))
-            self.origin.write_local(track, group, obj, end_of_group=last)
+def write(origin: Origin, track: Track, group: int, count: int) -> None:
+    for object_id in range(count):
+        obj = TrackObject(object_id, payload(group, object_id))
+        origin.write_local(track, group, obj, end_of_group=object_id == count - 1)
 
 
 def payload(group: int, object_id: int) -> bytes:
     return f"{group}/{object_id}".encode() * 10
-
-
-def of(events: list[ev.MoqtEvent], kind: type[T]) -> list[T]:
-    return [e for e in events if isinstance(e, kind)]
 
 
 def objects(events: list[ev.MoqtEvent]) -> list[tuple[int, int, bytes]]:
@@ -96,17 +42,16 @@ def expected(groups: range, count: int) -> list[tuple[int, int, bytes]]:
 
 
 def test_a_local_track_is_replayed_from_its_cache_then_served_live() -> None:
-    served = Served()
+    served = Served(Origin())
     track = served.origin.open_local(TRACK, 1 << 20)
-    served.write(track, 0, 3)
-    request_id = served.client.subscribe(TRACK, filter=FROM_START)
+    write(served.origin, track, 0, 3)
+    request_id = served.client().subscribe(TRACK, filter=FROM_START)
     events = served.run()
     accepted = of(events, ev.RequestAccepted)
     assert [a.request_id for a in accepted] == [request_id]
     assert accepted[0].message.largest == Location(0, 2)
     assert objects(events) == expected(range(1), 3)  # group 0 from the pinned cache
-    served.write(track, 1, 3)
-    served.origin.serving.transmit()
+    write(served.origin, track, 1, 3)
     assert objects(served.run()) == expected(range(1, 2), 3)  # group 1 as it is written
     served.origin.end_local(track)
     ended = of(served.run(), ev.SubscriptionEnded)
@@ -116,25 +61,25 @@ def test_a_local_track_is_replayed_from_its_cache_then_served_live() -> None:
 def test_a_subscriber_from_the_next_object_gets_only_what_is_written_after() -> None:
     """It joins after group 0 ended: it is told so (an END_OF_GROUP status object where it
     starts, as serving._end_joined_group says why), then gets group 1 as it is written."""
-    served = Served()
+    served = Served(Origin())
     track = served.origin.open_local(TRACK, 1 << 20)
-    served.write(track, 0, 2)
-    served.client.subscribe(TRACK)
+    write(served.origin, track, 0, 2)
+    served.client().subscribe(TRACK)
     events = of(served.run(), ev.ObjectReceived)
     assert [(e.group_id, e.object_id, e.body.status) for e in events] == [
         (0, 2, ObjectStatus.END_OF_GROUP)
     ]
-    served.write(track, 1, 2)
+    write(served.origin, track, 1, 2)
     assert objects(served.run()) == expected(range(1, 2), 2)
 
 
 def test_fetch_and_track_status_are_answered_from_what_it_holds() -> None:
-    served = Served()
+    served = Served(Origin())
     track = served.origin.open_local(TRACK, 1 << 20)
     for group in range(3):
-        served.write(track, group, 4)
-    status_id = served.client.track_status(TRACK)
-    fetch_id = served.client.fetch(StandaloneFetch(TRACK, Location(1, 2), 2, 1))
+        write(served.origin, track, group, 4)
+    status_id = served.client().track_status(TRACK)
+    fetch_id = served.client().fetch(StandaloneFetch(TRACK, Location(1, 2), 2, 1))
     events = served.run()
     replies = {a.request_id: a.message for a in of(events, ev.RequestAccepted)}
     assert replies[status_id].largest == Location(2, 3)
@@ -145,9 +90,9 @@ def test_fetch_and_track_status_are_answered_from_what_it_holds() -> None:
 
 
 def test_a_track_it_does_not_hold_is_refused() -> None:
-    served = Served()
-    subscribe_id = served.client.subscribe(TRACK)
-    fetch_id = served.client.fetch(StandaloneFetch(TRACK, Location(0, 0), 1, None))
+    served = Served(Origin())
+    subscribe_id = served.client().subscribe(TRACK)
+    fetch_id = served.client().fetch(StandaloneFetch(TRACK, Location(0, 0), 1, None))
     codes = {r.request_id: r.message.error_code for r in of(served.run(), ev.RequestRejected)}
     assert codes == {
         subscribe_id: SubscribeErrorCode.TRACK_DOES_NOT_EXIST,
@@ -157,11 +102,10 @@ def test_a_track_it_does_not_hold_is_refused() -> None:
 
 
 def test_namespace_followers_are_told_of_local_tracks_and_their_withdrawal() -> None:
-    served = Served()
-    served.client.subscribe_namespace(NAMESPACE[:2])
+    served = Served(Origin())
+    served.client().subscribe_namespace(NAMESPACE[:2])
     assert len(of(served.run(), ev.RequestAccepted)) == 1
     served.origin.open_local(TRACK, 1 << 20)
-    served.origin.serving.transmit()
     events = served.run()
     assert [e.message.namespace for e in of(events, ev.NamespacePublished)] == [NAMESPACE]
     assert [e.message.track for e in of(events, ev.PublishRequested)] == [TRACK]
@@ -170,7 +114,7 @@ def test_namespace_followers_are_told_of_local_tracks_and_their_withdrawal() -> 
 
 
 def test_its_bounds_hold() -> None:
-    served = Served(OriginLimits(max_tracks=1, max_subscribers_per_track=1), clients=2)
+    served = Served(Origin(OriginLimits(max_tracks=1, max_subscribers_per_track=1)), clients=2)
     track = served.origin.open_local(TRACK, 1 << 10)
     with pytest.raises(UsageError, match="holds 1 tracks"):
         served.origin.open_local(FullTrackName(NAMESPACE, b"int8"), 1 << 10)
@@ -178,9 +122,9 @@ def test_its_bounds_hold() -> None:
         served.origin.open_local(TRACK, 1 << 10)
     with pytest.raises(ValueError):  # one object over the track's whole bound
         served.origin.write_local(track, 0, TrackObject(0, b"x" * (1 << 11)), end_of_group=True)
-    first = served.client.subscribe(TRACK)
+    first = served.client().subscribe(TRACK)
     served.run()
-    second = served.pairs[1].sessions()[0].subscribe(TRACK)
+    second = served.client(1).subscribe(TRACK)
     refused = of(served.run(client=1), ev.RequestRejected)
     assert [(r.request_id, r.message.reason) for r in refused] == [(second, "too many subscribers")]
     assert [sub.request_id for sub in track.subscribers] == [first]
