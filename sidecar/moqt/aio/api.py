@@ -432,7 +432,7 @@ class Session:
     def _on_request_over(self, event: ev.Unsubscribed | ev.FetchCancelled) -> None:
         task = self._resolving.pop(event.request_id, None)
         if task is not None:
-            task.cancel()  # the core never heard of it
+            task.cancel()  # the origin never heard of it
         else:
             self._serve(event)
 

@@ -2,9 +2,9 @@
 
 Serving them is not written here: the tracks are local tracks of a `protocol.origin.Origin`,
 and every session hands that origin the peer's requests (see `api`), so a kvmoq publisher
-answers exactly as a kvmoq relay (an origin too) does from what it holds. What the core cannot do, being sans-I/O, stays here: pacing a
-writer to the track's slowest subscriber (`WRITE_BACKLOG`), and tracks made on first request
-(`Publisher.resolve`).
+answers exactly as a kvmoq relay (an origin too) does from what it holds. What the origin
+cannot do, being sans-I/O, stays here: pacing a writer to the track's slowest subscriber
+(`WRITE_BACKLOG`), and tracks made on first request (`Publisher.resolve`).
 """
 
 from __future__ import annotations
