@@ -9,15 +9,15 @@ from pathlib import Path
 
 import atheris
 
-with atheris.instrument_imports(include=["sidecar"]):
-    from fuzz.targets import TARGETS
+from fuzz.targets import TARGETS, load
 
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
         print(f"usage: python -m fuzz TARGET [libFuzzer flags]; targets: {', '.join(TARGETS)}")
         raise SystemExit(2)
-    target = TARGETS[sys.argv[1]]
+    with atheris.instrument_imports(include=["sidecar"]):
+        target = load(sys.argv[1])
 
     def one_input(data: bytes) -> None:
         with contextlib.suppress(target.expected):

@@ -1,5 +1,5 @@
-"""Every fuzz target (fuzz/targets.py) for a bounded run under atheris: a parser of outside
-bytes that raises anything but its documented errors fails here, with the input."""
+"""Every fuzz target (fuzz/targets.py names them) for a bounded run under atheris: a parser
+of outside bytes that raises anything but its documented errors fails here, with the input."""
 
 from __future__ import annotations
 
