@@ -5,8 +5,8 @@ chunk (ac tables fitted on its first chunk only, as a publisher must while prefi
 decompressed, loaded into the model, and the tokens after it are scored against the
 uncompressed run (sidecar.models.quality). Every codec is judged on every text right after
 a 4096-token prompt, the place where each one does worst (docs/benchmarks.md, "Codecs"),
-alone and as served (the context's most recent chunk on int8), and alone over the long run
-on one text; `kvmoq bench codec` measures every text at both places. The bounds are
+alone and as served (the context's most recent chunk on int8), and alone over the start of
+the long run on one text; `kvmoq bench codec` measures every text at both places, whole. The bounds are
 `track_quality.MEASURED`, the bench's worst figures that loads plan their quality by, so a
 change that makes any codec worse than a load claims fails here.
 """
@@ -32,6 +32,11 @@ from sidecar.transfer.track_quality import KL_NOISE, MEASURED
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 LONG_TEXT = "pydoc"
+LONG_START = Place("long256", context=LONG_RUN.context, score=256)
+"""The first 256 of the long run's 1024 scored tokens, after the same 3072-token context: a
+quarter of its forward, for the suite; `kvmoq bench codec` scores all 1024 (the figures in
+`MEASURED`). Every codec keeps at least a third of its bound in hand here (fp4 is closest,
+0.69 of it), as over the whole run."""
 
 
 @functools.cache
@@ -66,7 +71,7 @@ def test_kl_right_after_the_prompt_within_the_measured_figure(name: str, text: s
 
 @pytest.mark.parametrize("name", CODEC_NAMES)
 def test_kl_over_a_long_run_within_the_measured_figure(name: str) -> None:
-    quality, _ = judged(name, LONG_TEXT, LONG_RUN)
+    quality, _ = judged(name, LONG_TEXT, LONG_START)
     assert quality.kl <= MEASURED[name].alone + KL_NOISE
 
 
@@ -89,13 +94,14 @@ def test_the_rotation_at_least_halves_int4s_kl() -> None:
         scale = (heads.abs().amax(dim=-1, keepdim=True) / 7).half().float().clamp_min(2**-24)
         return torch.round(heads / scale).clamp(-7, 7) * scale
 
-    rotated, _ = judged("int4", LONG_TEXT, LONG_RUN)
-    plain = evaluate_at(unrotated_int4, LONG_TEXT, LONG_RUN)
+    rotated, _ = judged("int4", LONG_TEXT, LONG_START)
+    plain = evaluate_at(unrotated_int4, LONG_TEXT, LONG_START)
     assert rotated.kl * 2 < plain.kl
 
 
 def test_ac_beats_cachegen_by_half_again_at_no_worse_kl() -> None:
-    """Both on the pydoc text's long run."""
+    """Both on the pydoc text's whole long run (over its first 256 tokens alone ac's KL is
+    about 10% above CacheGen's: 0.040 against 0.036)."""
     ac_quality, ac = judged("ac", LONG_TEXT, LONG_RUN)
     baseline: dict[str, int] = {}
 
