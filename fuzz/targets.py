@@ -4,8 +4,8 @@ Each target splits its input the way the parser meets bytes in the field (a cont
 in pieces, payloads of a chunk, a catalog behind its signature), so that the fuzzer reaches
 the checks past the first length field. The targets live in one module per area
 (`moqt_targets`, `kv_targets`, `grpc_targets`), and `python -m fuzz` imports only the one
-its target is in: atheris instruments every sidecar module imported, so importing all of
-them (torch, the service) cost each run seconds before its first input.
+its target is in: atheris instruments every sidecar module imported, and importing all of
+them (torch, the service) would cost every run seconds before its first input.
 """
 
 from __future__ import annotations
