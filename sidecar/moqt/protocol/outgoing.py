@@ -56,22 +56,24 @@ class OutStream:
 
 class Outgoing:
     """See the module docstring. ``closed`` says whether the session is closed (nothing may
-    be written then); ``fetch_over`` is told when a FETCH's stream ended, which ends the
-    peer's request."""
+    be written then); ``fetch_accepted`` whether a FETCH of the peer's was answered with
+    FETCH_OK and is not over (its stream may open); ``fetch_over`` is told when a FETCH's
+    stream ended, which ends the peer's request."""
 
     def __init__(
         self,
         quic: QuicConnectionLike,
         *,
         closed: Callable[[], bool],
+        fetch_accepted: Callable[[int], bool],
         fetch_over: Callable[[int], None],
     ) -> None:
         self._quic = quic
         self._closed = closed
+        self._fetch_accepted = fetch_accepted
         self._fetch_over = fetch_over
         self._tracks: dict[int, LocalTrack] = {}
         self._next_alias = 0
-        self._fetches: set[int] = set()  # the peer's FETCHes we accepted, stream not ended
         self._streams: dict[int, OutStream] = {}
 
     # ------------------------------------------------------------------------------------
@@ -92,12 +94,8 @@ class Outgoing:
     def drop_track(self, request_id: int) -> LocalTrack | None:
         return self._tracks.pop(request_id, None)
 
-    def fetch_accepted(self, request_id: int) -> None:
-        self._fetches.add(request_id)
-
     def fetch_cancelled(self, request_id: int) -> None:
         """The peer cancelled a FETCH: its stream, if open, is reset."""
-        self._fetches.discard(request_id)
         for stream_id, stream in list(self._streams.items()):
             if stream.request_id == request_id:
                 self.reset_stream(stream_id, StreamResetCode.CANCELLED)
@@ -167,7 +165,7 @@ class Outgoing:
 
     def open_fetch_stream(self, request_id: int) -> int:
         """Open the response stream of a FETCH we accepted."""
-        if request_id not in self._fetches:
+        if not self._fetch_accepted(request_id):
             raise UsageError(f"no accepted fetch {request_id}")
         return self._open(request_id, FetchHeader(request_id))
 
@@ -251,5 +249,4 @@ class Outgoing:
     def _closed_stream(self, stream: OutStream) -> None:
         """A FETCH is over once its stream is; the peer's request ends with it."""
         if isinstance(stream.header, FetchHeader):
-            self._fetches.discard(stream.request_id)
             self._fetch_over(stream.request_id)

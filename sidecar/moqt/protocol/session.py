@@ -136,7 +136,10 @@ class MoqtSession:
 
         self._incoming = Incoming(quic, self.limits, self._ids, self._emit)
         self.objects = Outgoing(
-            quic, closed=lambda: self.closed, fetch_over=self._finish_peer_request
+            quic,
+            closed=lambda: self.closed,
+            fetch_accepted=self._fetch_accepted,
+            fetch_over=self._finish_peer_request,
         )
         """Objects this session sends: subgroup and FETCH streams, datagrams."""
 
@@ -383,7 +386,6 @@ class MoqtSession:
     ) -> None:
         self._answerable(request_id, Fetch)
         self._reply(FetchOk(request_id, end, end_of_track, group_order, parameters))
-        self.objects.fetch_accepted(request_id)
 
     def track_status_ok(
         self,
@@ -743,6 +745,10 @@ class MoqtSession:
         limit = self._ids.peer_finished()
         if limit is not None:
             self._send(MaxRequestId(limit))
+
+    def _fetch_accepted(self, request_id: int) -> bool:
+        """Whether the peer's FETCH ``request_id`` got our FETCH_OK and is not over."""
+        return isinstance(self._inbound.get(request_id), Fetch) and request_id in self._answered
 
     def _emit(self, event: ev.MoqtEvent) -> None:
         self._events.append(event)
