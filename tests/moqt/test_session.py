@@ -26,6 +26,7 @@ from sidecar.moqt.protocol.errors import (
 from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location, ObjectStatus
 from sidecar.moqt.protocol.session import MoqtSession, SessionLimits
 from sidecar.moqt.protocol.wire import encode_varint
+from tests.support.memory import of
 from tests.support.quic_pair import STACKS, SessionPair
 
 T = TypeVar("T")
@@ -34,12 +35,8 @@ TRACK = FullTrackName((b"kvcache.moq.arpa/v1", b"smollm2", b"abc123"), b"fp16")
 OTHER = FullTrackName((b"kvcache.moq.arpa/v1", b"smollm2", b"abc123"), b"int8")
 
 
-def _of(events: list[ev.MoqtEvent], kind: type[T]) -> list[T]:
-    return [e for e in events if isinstance(e, kind)]
-
-
 def _one(events: list[ev.MoqtEvent], kind: type[T]) -> T:
-    found = _of(events, kind)
+    found = of(events, kind)
     assert len(found) == 1, events
     return found[0]
 
@@ -94,7 +91,7 @@ def test_subscribe_and_receive_objects(pair: SessionPair) -> None:
     server.objects.send_object(stream, 3, status=ObjectStatus.END_OF_GROUP, end_stream=True)
     pair.pump()
     events = pair.take("client")
-    objects = _of(events, ev.ObjectReceived)
+    objects = of(events, ev.ObjectReceived)
     assert [o.payload for o in objects] == [*payloads, b""]
     assert [o.object_id for o in objects] == [0, 1, 2, 3]
     assert objects[-1].status == ObjectStatus.END_OF_GROUP
@@ -168,7 +165,7 @@ def test_data_stream_before_subscribe_ok_is_held_until_the_alias_is_known(stack:
     stream_id = pair.server_quic.get_next_available_stream_id(is_unidirectional=True)
     pair.server_quic.send_stream_data(stream_id, data, end_stream=True)
     pair.pump()
-    assert not _of(pair.take("client"), ev.ObjectReceived)
+    assert not of(pair.take("client"), ev.ObjectReceived)
     assert client.next_timer() is not None
     pair.server_quic.send_stream_data(
         0, m.SubscribeOk(request_id, track_alias=7, group_order=GroupOrder.DESCENDING).encode()
@@ -211,7 +208,7 @@ def test_unclaimed_early_streams_expire(stack: str) -> None:
     assert client.next_timer() is None
     pair.server_quic.send_stream_data(0, m.SubscribeOk(request_id, track_alias=5).encode())
     pair.pump()
-    assert not _of(pair.take("client"), ev.ObjectReceived)
+    assert not of(pair.take("client"), ev.ObjectReceived)
 
 
 def test_early_streams_are_bounded_in_count_and_bytes(stack: str) -> None:
@@ -225,7 +222,7 @@ def test_early_streams_are_bounded_in_count_and_bytes(stack: str) -> None:
     pair.pump()
     pair.server_quic.send_stream_data(0, m.SubscribeOk(request_id, track_alias=3).encode())
     pair.pump()
-    objects = _of(pair.take("client"), ev.ObjectReceived)
+    objects = of(pair.take("client"), ev.ObjectReceived)
     assert [o.payload for o in objects] == [bytes([0]) * 100, bytes([1]) * 100]
 
 
@@ -240,8 +237,8 @@ def test_object_over_the_payload_cap_costs_the_stream_not_the_session(stack: str
     server.objects.send_object(small, 0, b"y" * 1000, end_stream=True)
     pair.pump()
     events = pair.take("client")
-    assert [o.payload for o in _of(events, ev.ObjectReceived)] == [b"y" * 1000]
-    assert not _of(events, ev.SessionClosed)
+    assert [o.payload for o in of(events, ev.ObjectReceived)] == [b"y" * 1000]
+    assert not of(events, ev.SessionClosed)
 
 
 def test_fetch(pair: SessionPair) -> None:
@@ -261,7 +258,7 @@ def test_fetch(pair: SessionPair) -> None:
     pair.pump()
     events = pair.take("client")
     assert isinstance(_one(events, ev.RequestAccepted).message, m.FetchOk)
-    objects = _of(events, ev.ObjectReceived)
+    objects = of(events, ev.ObjectReceived)
     assert [(o.group_id, o.object_id, o.payload) for o in objects] == [
         (0, 0, b"0.0"),
         (0, 1, b"0.1"),
@@ -282,7 +279,7 @@ def test_joining_fetch_resolves_the_track_or_is_refused(pair: SessionPair) -> No
     pending = client.subscribe(OTHER)  # not yet accepted: nothing to join on the server
     join_pending = client.fetch(m.JoiningFetch(pending, 0))
     pair.pump()
-    assert not _of(pair.take("server"), ev.FetchRequested)
+    assert not of(pair.take("server"), ev.FetchRequested)
     rejected = _one(pair.take("client"), ev.RequestRejected)
     assert rejected.request_id == join_pending
     assert rejected.message.error_code == FetchErrorCode.INVALID_JOINING_REQUEST_ID
@@ -300,7 +297,7 @@ def test_fetch_cancel_resets_the_stream(pair: SessionPair) -> None:
     client.fetch_cancel(request_id)
     pair.pump()
     # FETCH_CANCEL and the STOP_SENDING of the stream race; whichever lands first ends the fetch.
-    ended = _of(pair.take("server"), ev.FetchCancelled | ev.DataStreamStopped)
+    ended = of(pair.take("server"), ev.FetchCancelled | ev.DataStreamStopped)
     assert [e.request_id for e in ended] == [request_id]
     with pytest.raises(UsageError):
         server.objects.send_fetch_object(stream, 0, 0, 1, b"b")
@@ -331,7 +328,7 @@ def test_datagrams(pair: SessionPair) -> None:
     server.objects.send_datagram(request_id, 2, 0, b"tiny", end_of_group=True)
     server.objects.send_datagram(request_id, 2, 1, status=ObjectStatus.END_OF_TRACK)
     pair.pump()
-    objects = _of(pair.take("client"), ev.ObjectReceived)
+    objects = of(pair.take("client"), ev.ObjectReceived)
     assert [(o.object_id, o.payload, o.status, o.end_of_group) for o in objects] == [
         (0, b"tiny", ObjectStatus.NORMAL, True),
         (1, b"", ObjectStatus.END_OF_TRACK, False),
@@ -610,13 +607,13 @@ def test_moq_rs_session_replayed(stack: str) -> None:
     events = pair.take("client")
     ok = _one(events, ev.RequestAccepted).message
     assert isinstance(ok, m.SubscribeOk) and ok.group_order == GroupOrder.DESCENDING
-    received = _of(events, ev.ObjectReceived)
+    received = of(events, ev.ObjectReceived)
     assert [(o.request_id, o.group_id, o.object_id, o.payload) for o in received] == [
         (request_id, 7, 0, b"g7o0"),
         (request_id, 7, 1, b"g7o1"),
     ]
     assert _one(events, ev.DataStreamEnded).end_of_group
-    assert not _of(events, ev.SessionClosed)
+    assert not of(events, ev.SessionClosed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,7 +630,7 @@ def test_unsubscribe_before_subscribe_ok_arrives(pair: SessionPair) -> None:
     client.unsubscribe(request_id)  # crosses the SUBSCRIBE_OK and the stream
     pair.pump()
     events = pair.take("client")
-    assert not _of(events, ev.SessionClosed) and not _of(events, ev.ObjectReceived)
+    assert not of(events, ev.SessionClosed) and not of(events, ev.ObjectReceived)
     assert _one(pair.take("server"), ev.Unsubscribed).request_id == request_id
 
 
@@ -644,7 +641,7 @@ def test_fetch_cancel_before_fetch_ok_arrives(pair: SessionPair) -> None:
     server.fetch_ok(request_id, Location(0, 0))
     client.fetch_cancel(request_id)
     pair.pump()
-    assert not _of(pair.take("client"), ev.SessionClosed)
+    assert not of(pair.take("client"), ev.SessionClosed)
     assert _one(pair.take("server"), ev.FetchCancelled).request_id == request_id
 
 
@@ -658,7 +655,7 @@ def test_a_fetch_stream_that_crosses_our_fetch_cancel_is_dropped(pair: SessionPa
     client.fetch_cancel(request_id)  # crosses the FETCH_OK and the stream
     pair.pump()
     events = pair.take("client")
-    assert not _of(events, ev.SessionClosed) and not _of(events, ev.ObjectReceived)
+    assert not of(events, ev.SessionClosed) and not of(events, ev.ObjectReceived)
     pair.take("server")
     later = client.fetch(m.StandaloneFetch(TRACK, Location(0, 0), 0))  # the session goes on
     pair.pump()
@@ -677,7 +674,7 @@ def test_a_request_withdrawn_before_the_peer_read_it_is_never_reported(
     client.fetch_cancel(fetched)
     pair.pump()
     heard = ev.SubscribeRequested | ev.Unsubscribed | ev.FetchRequested | ev.FetchCancelled
-    assert not _of(pair.take("server"), heard)
+    assert not of(pair.take("server"), heard)
     again = client.subscribe(TRACK)  # the track is free on both sides
     pair.pump()
     assert _one(pair.take("server"), ev.SubscribeRequested).message.request_id == again
@@ -728,7 +725,7 @@ def test_bad_objects_are_refused_before_anything_is_written(pair: SessionPair) -
         server.objects.open_subgroup(request_id, 1, publisher_priority=300)
     server.objects.send_object(stream, 6, b"b", end_stream=True)
     pair.pump()
-    objects = _of(pair.take("client"), ev.ObjectReceived)
+    objects = of(pair.take("client"), ev.ObjectReceived)
     assert [(o.object_id, o.payload) for o in objects] == [(5, b"a"), (6, b"b")]
 
 
@@ -754,7 +751,7 @@ def test_incomplete_objects_are_bounded_across_streams(stack: str) -> None:
     assert stopped == [second]
     pair.server_quic.send_stream_data(first, whole[1000:], end_stream=True)
     pair.pump()
-    objects = _of(pair.take("client"), ev.ObjectReceived)
+    objects = of(pair.take("client"), ev.ObjectReceived)
     assert len(objects) == 3 and objects[-1].stream_id == first
 
 
@@ -772,5 +769,5 @@ def test_an_ended_subscription_gives_its_alias_to_a_new_one(stack: str) -> None:
     _raw_subgroup(pair, alias=0, payload=b"new")
     pair.pump()
     events = pair.take("client")
-    assert not _of(events, ev.SessionClosed)
+    assert not of(events, ev.SessionClosed)
     assert _one(events, ev.ObjectReceived).request_id == second
