@@ -18,6 +18,7 @@ from sidecar.moqt.protocol.data import (
     SubgroupObject,
     decode_datagram,
 )
+from sidecar.moqt.protocol.drafts import DRAFT_14_VERSION, DRAFT_16, DRAFTS
 from sidecar.moqt.protocol.errors import NeedMoreData, ProtocolError
 from sidecar.moqt.protocol.messages.base import decode_control
 from sidecar.moqt.protocol.messages.parameters import SetupParameters, authorization_token
@@ -26,16 +27,18 @@ from sidecar.moqt.relay.auth import AuthError, Authorizer, sign
 
 
 def control_stream(data: bytes) -> None:
-    """Control messages back to back, arriving in pieces (session.py's loop)."""
-    buffer = bytearray()
-    for piece in pieces(data):
-        buffer += piece
-        while buffer:
-            try:
-                _, used = decode_control(bytes(buffer))
-            except NeedMoreData:
-                break
-            del buffer[:used]
+    """Control messages back to back, arriving in pieces (session.py's loop), as every
+    draft reads them."""
+    for draft in DRAFTS.values():
+        buffer = bytearray()
+        for piece in pieces(data):
+            buffer += piece
+            while buffer:
+                try:
+                    _, used = decode_control(bytes(buffer), draft)
+                except NeedMoreData:
+                    break
+                del buffer[:used]
 
 
 def data_stream(data: bytes) -> None:
@@ -68,12 +71,17 @@ def _authorizer() -> Authorizer:
 
 
 def _control_seeds() -> list[bytes]:
-    setup = m.ClientSetup((m.DRAFT_14,), SetupParameters(max_request_id=100, path=b"/x"))
+    setup = m.ClientSetup((DRAFT_14_VERSION,), SetupParameters(max_request_id=100, path=b"/x"))
     subscribe = m.Subscribe(
         1, FullTrackName((b"kvcache.moq.arpa/v1", b"m", b"p"), b"fp16"), 128,
         GroupOrder.ASCENDING, True, m.SubscriptionFilter(m.FilterType.LARGEST_OBJECT),
     )  # fmt: skip
-    return [b"\x00" + setup.encode() + subscribe.encode(), b"\x03" + setup.encode()]
+    draft_16 = m.ClientSetup((), setup.parameters).encode(DRAFT_16) + subscribe.encode(DRAFT_16)
+    return [
+        b"\x00" + setup.encode() + subscribe.encode(),
+        b"\x03" + setup.encode(),
+        b"\x00" + draft_16,
+    ]
 
 
 def _stream_seeds() -> list[bytes]:

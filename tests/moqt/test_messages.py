@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.moqt.protocol import messages as m
+from sidecar.moqt.protocol.drafts import DRAFT_14, DRAFT_14_VERSION
 from sidecar.moqt.protocol.errors import DecodeError, MoqtError, NeedMoreData
 from sidecar.moqt.protocol.model import (
     FullTrackName,
@@ -23,7 +24,7 @@ from tests.support.strategies import MESSAGE_STRATEGIES, messages
 
 def test_every_message_type_has_a_strategy() -> None:
     assert set(MESSAGE_STRATEGIES) == set(m.ALL_MESSAGE_TYPES)
-    assert len(m.ALL_MESSAGE_TYPES) == 30
+    assert len(m.ALL_MESSAGE_TYPES) == 34  # draft 14's 30 and draft 16's four new ones
 
 
 @settings(max_examples=400)
@@ -80,7 +81,7 @@ def test_reference_client_setup_from_aiomoqt() -> None:
     message, consumed = m.decode_control(raw)
     assert consumed == len(raw)
     assert message == m.ClientSetup(
-        (m.DRAFT_14,), m.SetupParameters(path=b"/kv", max_request_id=100)
+        (DRAFT_14_VERSION,), m.SetupParameters(path=b"/kv", max_request_id=100)
     )
     assert message.encode() == raw
 
@@ -182,17 +183,17 @@ def test_full_track_name_is_capped_at_4096_bytes() -> None:
 def test_repeated_known_parameter_is_refused_but_tokens_may_repeat() -> None:
     twice = b"\x02" + b"\x02\x05" * 2
     with pytest.raises(DecodeError):
-        m.decode_control(_frame(0x21, encode_varint(m.DRAFT_14) + twice))
+        m.decode_control(_frame(0x21, encode_varint(DRAFT_14_VERSION) + twice))
     tokens = b"\x02" + b"\x03\x01x" + b"\x03\x01y"
-    message, _ = m.decode_control(_frame(0x21, encode_varint(m.DRAFT_14) + tokens))
+    message, _ = m.decode_control(_frame(0x21, encode_varint(DRAFT_14_VERSION) + tokens))
     assert message.parameters.authorization_tokens == (b"x", b"y")
 
 
 def test_subscribe_update_end_group_is_sent_plus_one() -> None:
     open_ended = m.SubscribeUpdate(2, 0, Location(1, 0))
     bounded = m.SubscribeUpdate(2, 0, Location(1, 0), end_group=0)
-    assert open_ended.encode_payload()[4] == 0
-    assert bounded.encode_payload()[4] == 1
+    assert open_ended.encode_payload(DRAFT_14)[4] == 0
+    assert bounded.encode_payload(DRAFT_14)[4] == 1
 
 
 def test_fetch_end_object_is_sent_plus_one() -> None:

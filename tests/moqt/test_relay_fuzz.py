@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.data import FetchHeader
+from sidecar.moqt.protocol.drafts import DRAFT_14_VERSION
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import DataStreamEnded, RequestAccepted, SubscribeRequested
-from sidecar.moqt.protocol.messages import DRAFT_14, ClientSetup, SetupParameters, StandaloneFetch
+from sidecar.moqt.protocol.messages import ClientSetup, SetupParameters, StandaloneFetch
 from sidecar.moqt.protocol.model import Location
 from sidecar.moqt.protocol.wire import Reader, encode_varint
 from tests.support import strategies
@@ -92,7 +93,7 @@ async def hostile_session(
     port = int(relay.url.rsplit(":", 1)[1])
     async with transport.open_connection(HOST, port, relay.settings, attach) as endpoint:
         quic = endpoint.quic
-        setup = ClientSetup((DRAFT_14,), SetupParameters(path=b"/", max_request_id=10))
+        setup = ClientSetup((DRAFT_14_VERSION,), SetupParameters(path=b"/", max_request_id=10))
         quic.send_stream_data(quic.get_next_available_stream_id(False), setup.encode())
         endpoint.transmit()
         await asyncio.wait_for(setup_answered.wait(), CASE_TIMEOUT_S)

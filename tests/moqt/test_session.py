@@ -15,6 +15,7 @@ from sidecar.moqt.protocol.data import (
     SubgroupHeader,
     SubgroupObject,
 )
+from sidecar.moqt.protocol.drafts import DRAFT_14, DRAFT_14_VERSION
 from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
     PublishDoneStatus,
@@ -70,7 +71,7 @@ def test_setup_exchanges_versions_and_parameters(pair: SessionPair) -> None:
     client, server = pair.sessions()
     server_setup = _one(pair.take("server"), ev.SetupCompleted)
     client_setup = _one(pair.take("client"), ev.SetupCompleted)
-    assert server_setup.version == client_setup.version == m.DRAFT_14
+    assert server_setup.draft == client_setup.draft == DRAFT_14
     assert server_setup.parameters.path == b"/kv"
     assert server_setup.parameters.authority == b"localhost:4443"
     assert server_setup.parameters.max_request_id is not None
@@ -146,7 +147,7 @@ def _raw_server(
     pair.pump()
     assert pair.client is not None
     pair.server_quic.send_stream_data(
-        0, m.ServerSetup(m.DRAFT_14, m.SetupParameters(max_request_id=100)).encode()
+        0, m.ServerSetup(DRAFT_14_VERSION, m.SetupParameters(max_request_id=100)).encode()
     )
     pair.pump()
     pair.take("client")
@@ -441,7 +442,7 @@ VIOLATIONS: list[tuple[str, bytes, SessionErrorCode]] = [
     ("length mismatch", _frame(0x0A, b"\x00\x00"), SessionErrorCode.PROTOCOL_VIOLATION),
     (
         "second CLIENT_SETUP",
-        _control(m.ClientSetup((m.DRAFT_14,))),
+        _control(m.ClientSetup((DRAFT_14_VERSION,))),
         SessionErrorCode.PROTOCOL_VIOLATION,
     ),
     ("skipped request id", _control(m.Subscribe(2, TRACK)), SessionErrorCode.INVALID_REQUEST_ID),

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol import messages as m
+from sidecar.moqt.protocol.drafts import DRAFT_14_VERSION
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from tests.support.quic_pair import SessionPair
@@ -20,7 +21,7 @@ _fuzz = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCh
 
 def _server_after_setup() -> SessionPair:
     pair = SessionPair(client_session=False)
-    setup = m.ClientSetup((m.DRAFT_14,), m.SetupParameters(max_request_id=1000))
+    setup = m.ClientSetup((DRAFT_14_VERSION,), m.SetupParameters(max_request_id=1000))
     pair.client_quic.send_stream_data(0, setup.encode())
     pair.pump()
     return pair
@@ -91,7 +92,7 @@ def _client_with_open_requests() -> tuple[SessionPair, list[int]]:
     pair.pump()
     client = pair.client
     assert client is not None
-    setup = m.ServerSetup(m.DRAFT_14, m.SetupParameters(max_request_id=1000))
+    setup = m.ServerSetup(DRAFT_14_VERSION, m.SetupParameters(max_request_id=1000))
     pair.server_quic.send_stream_data(0, setup.encode())
     pair.pump()
     track = FullTrackName((b"ns",), b"t")

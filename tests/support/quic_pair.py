@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from sidecar.moqt.protocol.drafts import DRAFT_14, LEGACY_ALPN, Draft
 from sidecar.moqt.protocol.events import MoqtEvent
 from sidecar.moqt.protocol.session import MoqtSession, SessionLimits
 
@@ -56,11 +57,11 @@ class QuicPair:
     ``pump`` moves datagrams until both are idle.
     """
 
-    def __init__(self, stack: str = "aioquic") -> None:
+    def __init__(self, stack: str = "aioquic", alpn: str = LEGACY_ALPN) -> None:
         self.now = 1.0
         configuration = importlib.import_module(f"{stack}.quic.configuration")
         connection = importlib.import_module(f"{stack}.quic.connection")
-        common: dict[str, Any] = {"alpn_protocols": ["moq-00"], "max_datagram_frame_size": 65536}
+        common: dict[str, Any] = {"alpn_protocols": [alpn], "max_datagram_frame_size": 65536}
         client_config = configuration.QuicConfiguration(
             is_client=True, verify_mode=ssl.CERT_NONE, server_name="localhost", **common
         )
@@ -108,8 +109,9 @@ class SessionPair(QuicPair):
         client_session: bool = True,
         server_session: bool = True,
         stack: str = "aioquic",
+        draft: Draft = DRAFT_14,
     ) -> None:
-        super().__init__(stack)
+        super().__init__(stack, draft.alpn)
         self.client: MoqtSession | None = None
         self.server: MoqtSession | None = None
         if client_session:
@@ -120,9 +122,12 @@ class SessionPair(QuicPair):
                 authority=b"localhost:4443",
                 limits=client_limits,
                 now=self.now,
+                draft=draft,
             )
         if server_session:
-            self.server = MoqtSession(self.server_quic, is_client=False, limits=server_limits)
+            self.server = MoqtSession(
+                self.server_quic, is_client=False, limits=server_limits, draft=draft
+            )
         self.client_events: list[MoqtEvent] = []
         self.server_events: list[MoqtEvent] = []
         self.client_raw: list[Any] = []

@@ -13,6 +13,7 @@ from sidecar.moqt.protocol.data import (
     SubgroupIdMode,
     SubgroupObject,
 )
+from sidecar.moqt.protocol.drafts import DRAFT_14, Draft
 from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location, ObjectStatus
 from sidecar.moqt.protocol.wire import MAX_VARINT, encode_kvps
 
@@ -182,8 +183,34 @@ MESSAGE_STRATEGIES: dict[type[m.ControlMessage], st.SearchStrategy[m.ControlMess
     m.SubscribeNamespaceOk: st.builds(m.SubscribeNamespaceOk, varints),
     m.SubscribeNamespaceError: st.builds(m.SubscribeNamespaceError, **_error_fields),
     m.UnsubscribeNamespace: st.builds(m.UnsubscribeNamespace, st.just(()) | namespaces),
+    m.RequestOk: st.builds(m.RequestOk, varints, varints, st.none() | locations, parameters),
+    m.RequestError: st.builds(m.RequestError, varints, varints, varints, reasons),
+    m.Namespace: st.builds(m.Namespace, st.just(()) | namespaces),
+    m.NamespaceDone: st.builds(m.NamespaceDone, st.just(()) | namespaces),
 }
-messages = st.one_of(*MESSAGE_STRATEGIES.values())
+_BY_REQUEST_ID = {
+    m.PublishNamespaceDone: st.builds(m.PublishNamespaceDone, st.just(()), varints),
+    m.PublishNamespaceCancel: st.builds(
+        m.PublishNamespaceCancel, st.just(()), varints, reasons, varints
+    ),
+    m.SubscribeNamespace: st.builds(
+        m.SubscribeNamespace,
+        varints,
+        st.just(()) | namespaces,
+        parameters,
+        st.sampled_from(m.NamespaceOptions),
+    ),
+}
+"""Where a later draft's form carries what draft 14's does not (request ids, options)."""
+
+
+def messages_of(draft: Draft) -> st.SearchStrategy[m.ControlMessage]:
+    """Any message a session of `draft` can send."""
+    chosen = MESSAGE_STRATEGIES if draft == DRAFT_14 else {**MESSAGE_STRATEGIES, **_BY_REQUEST_ID}
+    return st.one_of(*(s for cls, s in chosen.items() if cls.spoken_in(draft)))
+
+
+messages = messages_of(DRAFT_14)
 
 
 @st.composite

@@ -1,4 +1,5 @@
-"""MoQT draft-14 error codes and the exceptions the protocol core raises.
+"""MoQT error codes (draft 14's, and how draft 16 renumbers them) and the exceptions the
+protocol core raises.
 
 Codes are IntEnums so that logs and tests read as names, while the wire keeps plain integers:
 a peer may send codes this table does not know, so decoded messages hold ``int``.
@@ -102,6 +103,66 @@ class SubscribeNamespaceErrorCode(IntEnum):
     EXPIRED_AUTH_TOKEN = 0x12
 
 
+class RequestErrorCode(IntEnum):
+    """REQUEST_ERROR codes (draft 16 on): one table for every request family."""
+
+    INTERNAL_ERROR = 0x0
+    UNAUTHORIZED = 0x1
+    TIMEOUT = 0x2
+    NOT_SUPPORTED = 0x3
+    MALFORMED_AUTH_TOKEN = 0x4
+    EXPIRED_AUTH_TOKEN = 0x5
+    DOES_NOT_EXIST = 0x10
+    INVALID_RANGE = 0x11
+    MALFORMED_TRACK = 0x12
+    DUPLICATE_SUBSCRIPTION = 0x19
+    UNINTERESTED = 0x20
+    PREFIX_OVERLAP = 0x30
+    INVALID_JOINING_REQUEST_ID = 0x32
+
+
+_AUTH_RENUMBERED = {
+    0x10: RequestErrorCode.MALFORMED_AUTH_TOKEN,
+    0x12: RequestErrorCode.EXPIRED_AUTH_TOKEN,
+}
+SUBSCRIBE_RENUMBERED: dict[int, int] = {
+    SubscribeErrorCode.TRACK_DOES_NOT_EXIST: RequestErrorCode.DOES_NOT_EXIST,
+    SubscribeErrorCode.INVALID_RANGE: RequestErrorCode.INVALID_RANGE,
+    **_AUTH_RENUMBERED,
+}
+"""Draft 14's SUBSCRIBE_ERROR (and TRACK_STATUS_ERROR) codes that REQUEST_ERROR numbers
+otherwise; the codes below 4 are the same in both tables. So for each family below."""
+FETCH_RENUMBERED: dict[int, int] = {
+    FetchErrorCode.TRACK_DOES_NOT_EXIST: RequestErrorCode.DOES_NOT_EXIST,
+    FetchErrorCode.INVALID_RANGE: RequestErrorCode.INVALID_RANGE,
+    FetchErrorCode.NO_OBJECTS: RequestErrorCode.DOES_NOT_EXIST,
+    FetchErrorCode.INVALID_JOINING_REQUEST_ID: RequestErrorCode.INVALID_JOINING_REQUEST_ID,
+    FetchErrorCode.UNKNOWN_STATUS_IN_RANGE: RequestErrorCode.INTERNAL_ERROR,
+    FetchErrorCode.MALFORMED_TRACK: RequestErrorCode.MALFORMED_TRACK,
+    **_AUTH_RENUMBERED,
+}
+PUBLISH_RENUMBERED: dict[int, int] = {PublishErrorCode.UNINTERESTED: RequestErrorCode.UNINTERESTED}
+PUBLISH_NAMESPACE_RENUMBERED: dict[int, int] = {
+    PublishNamespaceErrorCode.UNINTERESTED: RequestErrorCode.UNINTERESTED,
+    **_AUTH_RENUMBERED,
+}
+SUBSCRIBE_NAMESPACE_RENUMBERED: dict[int, int] = {
+    SubscribeNamespaceErrorCode.NAMESPACE_PREFIX_UNKNOWN: RequestErrorCode.DOES_NOT_EXIST,
+    SubscribeNamespaceErrorCode.NAMESPACE_PREFIX_OVERLAP: RequestErrorCode.PREFIX_OVERLAP,
+    **_AUTH_RENUMBERED,
+}
+
+
+def draft_14_code(renumbered: dict[int, int], code: int) -> int:
+    """The draft-14 code of a family whose codes `renumbered` maps, for a draft-16 `code`:
+    a code that moved maps back; one that did not is itself, unless draft 14 numbered
+    something else so (then INTERNAL_ERROR, 0 in every table); unknown ones pass."""
+    ours = next((old for old, new in renumbered.items() if new == code), None)
+    if ours is not None:
+        return ours
+    return 0 if code in renumbered else code
+
+
 class PublishDoneStatus(IntEnum):
     INTERNAL_ERROR = 0x0
     UNAUTHORIZED = 0x1
@@ -111,6 +172,10 @@ class PublishDoneStatus(IntEnum):
     EXPIRED = 0x5
     TOO_FAR_BEHIND = 0x6
     MALFORMED_TRACK = 0x7
+
+
+PUBLISH_DONE_RENUMBERED: dict[int, int] = {PublishDoneStatus.MALFORMED_TRACK: 0x12}
+"""Draft 16 moved MALFORMED_TRACK to REQUEST_ERROR's number."""
 
 
 class StreamResetCode(IntEnum):

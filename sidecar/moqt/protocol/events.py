@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .data import ObjectBody
+from .drafts import Draft
 from .messages import (
     Fetch,
     FetchError,
@@ -47,7 +48,7 @@ class MoqtEvent:
 class SetupCompleted(MoqtEvent):
     """Both SETUP messages were exchanged; requests may flow. ``parameters`` are the peer's."""
 
-    version: int
+    draft: Draft
     parameters: SetupParameters
 
 

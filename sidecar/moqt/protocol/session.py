@@ -1,9 +1,10 @@
-"""A sans-I/O MoQT draft-14 session over a QUIC connection, in the style of aioquic's H3Connection.
+"""A sans-I/O MoQT session over a QUIC connection, in the style of aioquic's H3Connection.
 
 How an adapter drives it:
 
-* Build the QUIC connection (aioquic or qh3, ALPN ``moq-00``), then
-  ``MoqtSession(quic, is_client=...)``. A client session queues CLIENT_SETUP at once.
+* Build the QUIC connection (aioquic or qh3, the ALPN of a draft in ``drafts``), then
+  ``MoqtSession(quic, is_client=..., draft=...)`` with the draft the ALPN named. A client
+  session queues CLIENT_SETUP at once.
 * Pass every QUIC event to ``handle_event(event, now)``; it returns the ``MoqtEvent`` list for
   the application and never raises: a protocol violation closes the QUIC connection with the
   matching MoQT error code and is reported as ``SessionClosed``.
@@ -27,12 +28,14 @@ name, so aioquic and qh3 both work without importing either here.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from . import events as ev
 from .connection import QuicConnectionLike, SessionLimits
+from .drafts import DRAFT_14, Draft
 from .errors import (
     FetchErrorCode,
     NeedMoreData,
@@ -43,7 +46,6 @@ from .errors import (
 from .incoming import Incoming, stream_is_client_initiated
 from .messages import (
     DEFAULT_FILTER,
-    DRAFT_14,
     ERROR_OF_REQUEST,
     NO_PARAMETERS,
     REQUEST_OF_ERROR,
@@ -64,6 +66,8 @@ from .messages import (
     PublishNamespaceDone,
     PublishNamespaceOk,
     PublishOk,
+    RequestError,
+    RequestOk,
     RequestsBlocked,
     ServerSetup,
     SetupParameters,
@@ -79,6 +83,7 @@ from .messages import (
     Unsubscribe,
     UnsubscribeNamespace,
     decode_control,
+    family_reply,
 )
 from .model import FullTrackName, GroupOrder, Location
 from .outgoing import Outgoing, caller_errors
@@ -111,9 +116,12 @@ class MoqtSession:
         authorization: bytes | None = None,
         limits: SessionLimits | None = None,
         now: float = 0.0,
+        draft: Draft = DRAFT_14,
     ) -> None:
         self._quic = quic
         self.is_client = is_client
+        self.draft = draft
+        """The draft this session speaks (the ALPN's; under `moq-00`, draft 14's SETUP)."""
         self.limits = limits or SessionLimits()
         self._now = now
         self._implementation = implementation
@@ -152,7 +160,8 @@ class MoqtSession:
                 authority=authority,
                 implementation=implementation,
             )
-            self._send(ClientSetup((DRAFT_14,), params))
+            versions = () if draft.setup_version is None else (draft.setup_version,)
+            self._send(ClientSetup(versions, params))
 
     # ----------------------------------------------------------------------------------------
     # Driving the session.
@@ -245,7 +254,8 @@ class MoqtSession:
             forward,
             parameters,
         )
-        return self._request(update, expects_reply=False)
+        # Draft 16 answers an update (REQUEST_OK); draft 14 does not.
+        return self._request(update, expects_reply=self.draft.request_replies)
 
     def unsubscribe(self, request_id: int) -> None:
         """End our subscription (or one the peer made with PUBLISH); late objects are dropped."""
@@ -314,9 +324,10 @@ class MoqtSession:
         return request_id
 
     def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
-        if self._announced.pop(namespace, None) is None:
+        request_id = self._announced.pop(namespace, None)
+        if request_id is None:
             raise UsageError(f"namespace {namespace!r} is not published")
-        self._send(PublishNamespaceDone(namespace))
+        self._send(PublishNamespaceDone(namespace, request_id))
 
     def subscribe_namespace(
         self, prefix: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS
@@ -430,7 +441,7 @@ class MoqtSession:
         request_id = self._find_inbound(PublishNamespace, namespace)
         if request_id is None:
             raise UsageError(f"the peer has not published {namespace!r}")
-        self._send(PublishNamespaceCancel(namespace, error_code, reason))
+        self._send(PublishNamespaceCancel(namespace, error_code, reason, request_id))
         self._finish_peer_request(request_id)
 
     # ----------------------------------------------------------------------------------------
@@ -488,7 +499,7 @@ class MoqtSession:
         consumed = 0
         try:
             while consumed < len(buffer) and not self.closed:
-                message, length = decode_control(memoryview(buffer)[consumed:])
+                message, length = decode_control(memoryview(buffer)[consumed:], self.draft)
                 consumed += length
                 self._on_control_message(message)
         except NeedMoreData:
@@ -514,28 +525,28 @@ class MoqtSession:
         if self.is_client:
             if not isinstance(message, ServerSetup):
                 raise ProtocolError(f"expected SERVER_SETUP, got {type(message).__name__}")
-            if message.version != DRAFT_14:
+            if message.version != self.draft.setup_version:
                 raise ProtocolError(
-                    f"server chose version {message.version:#x}",
+                    f"server chose version {message.version!r}",
                     SessionErrorCode.VERSION_NEGOTIATION_FAILED,
                 )
-            version, params = message.version, message.parameters
         else:
             if not isinstance(message, ClientSetup):
                 raise ProtocolError(f"expected CLIENT_SETUP, got {type(message).__name__}")
-            if DRAFT_14 not in message.versions:
+            version = self.draft.setup_version
+            if version is not None and version not in message.versions:
                 raise ProtocolError(
                     "no common version", SessionErrorCode.VERSION_NEGOTIATION_FAILED
                 )
-            version, params = DRAFT_14, message.parameters
             reply = SetupParameters(
                 max_request_id=self._ids.granted, implementation=self._implementation
             )
-            self._send(ServerSetup(DRAFT_14, reply))
+            self._send(ServerSetup(version, reply))
+        params = message.parameters
         self.setup_complete = True
         self.peer_parameters = params
         self._ids.limit = params.max_request_id or 0
-        self._events.append(ev.SetupCompleted(version, params))
+        self._events.append(ev.SetupCompleted(self.draft, params))
 
     # Requests from the peer.
 
@@ -553,6 +564,8 @@ class MoqtSession:
         ):
             raise ProtocolError(f"update of unknown subscription {target}")
         self._grant_credit()  # an update takes an id but leaves nothing open
+        if self.draft.request_replies:
+            self._send(RequestOk(message.request_id))
         self._events.append(ev.SubscribeUpdated(message))
 
     def _on_unsubscribe(self, message: Unsubscribe) -> None:
@@ -619,13 +632,24 @@ class MoqtSession:
         self._events.append(ev.NamespacePublished(message))
 
     def _on_publish_namespace_done(self, message: PublishNamespaceDone) -> None:
-        request_id = self._find_inbound(PublishNamespace, message.namespace)
+        if message.request_id is None:  # draft 14 names the namespace
+            request_id = self._find_inbound(PublishNamespace, message.namespace)
+        else:
+            request = self._inbound.get(message.request_id)
+            request_id = message.request_id if isinstance(request, PublishNamespace) else None
         if request_id is not None:
+            namespace = self._inbound[request_id].namespace  # type: ignore[attr-defined]
             self._finish_peer_request(request_id)
-            self._events.append(ev.NamespacePublishDone(message.namespace))
+            self._events.append(ev.NamespacePublishDone(namespace))
 
     def _on_publish_namespace_cancel(self, message: PublishNamespaceCancel) -> None:
-        if self._announced.pop(message.namespace, None) is not None:
+        namespace = message.namespace
+        if message.request_id is not None:  # draft 16 names the request
+            namespace = next(
+                (ns for ns, rid in self._announced.items() if rid == message.request_id), ()
+            )
+        if self._announced.pop(namespace, None) is not None:
+            message = dataclasses.replace(message, namespace=namespace)
             self._events.append(ev.NamespacePublishCancelled(message))
 
     def _on_subscribe_namespace(self, message: SubscribeNamespace) -> None:
@@ -639,6 +663,20 @@ class MoqtSession:
             self._events.append(ev.NamespaceUnsubscribed(message.namespace))
 
     # Replies to our requests.
+
+    def _on_request_reply(self, message: RequestOk | RequestError) -> None:
+        """Draft 16's REQUEST_OK or REQUEST_ERROR, handled as the reply of the request's
+        family; to an update (which only draft 16 answers) there is nothing more to do."""
+        request = self._outbound.get(message.request_id)
+        if request is None:
+            raise ProtocolError(f"a reply to request {message.request_id}, which awaits none")
+        if isinstance(request, SubscribeUpdate):
+            del self._outbound[message.request_id]
+            if isinstance(message, RequestError):
+                self._events.append(ev.RequestRejected(message.request_id, message))
+            return
+        reply = family_reply(message, request)
+        self._CONTROL_HANDLERS[type(reply)](self, reply)
 
     def _on_ok(self, message: Any) -> None:
         self._take_reply(message, REQUEST_OF_OK)
@@ -698,6 +736,8 @@ class MoqtSession:
         UnsubscribeNamespace: _on_unsubscribe_namespace,
         **dict.fromkeys(REQUEST_OF_OK, _on_ok),
         **dict.fromkeys(REQUEST_OF_ERROR, _on_error),
+        RequestOk: _on_request_reply,
+        RequestError: _on_request_reply,
         PublishDone: _on_publish_done,
         Goaway: _on_goaway,
         MaxRequestId: _on_max_request_id,
@@ -714,7 +754,7 @@ class MoqtSession:
         if self._control_stream_id is None:
             raise UsageError("the client has not opened the control stream yet")
         with caller_errors():
-            data = message.encode()
+            data = message.encode(self.draft)
         self._quic.send_stream_data(self._control_stream_id, data, False)
 
     def _request(self, message: Any, expects_reply: bool = True) -> int:

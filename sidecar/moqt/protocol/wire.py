@@ -66,11 +66,15 @@ def encode_reason(reason: str) -> bytes:
     return encode_bytes(raw)
 
 
-def encode_kvps(pairs: Iterable[KeyValuePair]) -> bytes:
-    """Key-value pairs without a count (the form used inside extension headers)."""
+def encode_kvps(pairs: Iterable[KeyValuePair], delta: bool = False) -> bytes:
+    """Key-value pairs without a count (the form used inside extension headers). `delta`
+    (draft 16 on): each type is sent as the difference from the one before, so the pairs go
+    out sorted by type (pairs of one type keep their order)."""
     out = bytearray()
-    for key, value in pairs:
-        out += encode_varint(key)
+    previous = 0
+    for key, value in sorted(pairs, key=lambda pair: pair[0]) if delta else pairs:
+        out += encode_varint(key - previous if delta else key)
+        previous = key
         if key % 2 == 0:
             if not isinstance(value, int):
                 raise ValueError(f"even key {key:#x} needs an int value")
@@ -84,18 +88,21 @@ def encode_kvps(pairs: Iterable[KeyValuePair]) -> bytes:
     return bytes(out)
 
 
-def encode_parameters(pairs: tuple[KeyValuePair, ...]) -> bytes:
+def encode_parameters(pairs: tuple[KeyValuePair, ...], delta: bool = False) -> bytes:
     """Parameters as in control messages: a count, then the pairs."""
-    return encode_varint(len(pairs)) + encode_kvps(pairs)
+    return encode_varint(len(pairs)) + encode_kvps(pairs, delta)
 
 
-def decode_kvps(data: Buffer) -> tuple[KeyValuePair, ...]:
+def decode_kvps(data: Buffer, delta: bool = False) -> tuple[KeyValuePair, ...]:
     """Parse a whole buffer of count-less key-value pairs (an extension block)."""
     reader = Reader(data)
     pairs: list[KeyValuePair] = []
+    previous = 0
     try:
         while not reader.at_end():
-            pairs.append(reader.kvp())
+            pair = reader.kvp(previous if delta else None)
+            pairs.append(pair)
+            previous = pair[0]
     except NeedMoreData as exc:
         raise DecodeError(
             "truncated key-value pair", SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
@@ -196,8 +203,16 @@ class Reader:
         except UnicodeDecodeError as exc:
             raise DecodeError("reason phrase is not UTF-8") from exc
 
-    def kvp(self) -> KeyValuePair:
+    def kvp(self, previous: int | None = None) -> KeyValuePair:
+        """One pair; its type is absolute, or (draft 16 on) `previous` plus the number read."""
         key = self.varint()
+        if previous is not None:
+            key += previous
+            if key > MAX_VARINT:
+                raise DecodeError(
+                    f"key-value type {key:#x} past the largest",
+                    SessionErrorCode.KEY_VALUE_FORMATTING_ERROR,
+                )
         if key % 2 == 0:
             return key, self.varint()
         length = self.varint()
@@ -208,8 +223,8 @@ class Reader:
             )
         return key, bytes(self.raw(length))
 
-    def parameters(self) -> tuple[KeyValuePair, ...]:
-        """``count (vi)`` then that many key-value pairs.
+    def parameters(self, delta: bool = False) -> tuple[KeyValuePair, ...]:
+        """``count (vi)`` then that many key-value pairs (types as deltas where `delta`).
 
         A pair takes at least two bytes, so a count larger than half the remaining input is
         malformed; checking that first keeps a huge count from driving a long loop.
@@ -217,4 +232,10 @@ class Reader:
         count = self.varint()
         if count * 2 > self.remaining:
             raise NeedMoreData("parameters")
-        return tuple(self.kvp() for _ in range(count))
+        pairs: list[KeyValuePair] = []
+        previous = 0
+        for _ in range(count):
+            pair = self.kvp(previous if delta else None)
+            pairs.append(pair)
+            previous = pair[0]
+        return tuple(pairs)

@@ -1,10 +1,13 @@
-"""Every MoQT draft-14 control message, as a frozen dataclass with ``encode()``.
+"""Every MoQT control message, as a frozen dataclass with ``encode(draft)``.
 
 Framing is ``type (vi) | length (u16) | payload`` for every message (draft-14's ``Length (i)`` in
 the PUBLISH diagrams is an editorial slip; peers use u16). ``decode_control`` parses one framed
-message from the front of a buffer. Messages that share a layout share one class body
-(``_SubscribeLayout`` for SUBSCRIBE and TRACK_STATUS, ``_RequestError`` for every *_ERROR ...),
-so a layout is written once and the wire type is the only difference.
+message from the front of a buffer, as a draft has it. Messages that share a layout share one
+class body (``_SubscribeLayout`` for SUBSCRIBE and TRACK_STATUS, ``_RequestError`` for every
+*_ERROR ...), so a layout is written once and the wire type is the only difference. The
+classes are draft 14's messages; what a later draft does differently to a family is written
+in that family's module, reading the `drafts.Draft` it encodes for (`replies` holds draft
+16's REQUEST_OK and REQUEST_ERROR, which stand in for draft 14's per-family replies).
 
 One module per message family; import from this package, which registers them all.
 Decoded integers that name codes (error codes, statuses) stay plain ``int``: a peer may use codes
@@ -16,7 +19,6 @@ from __future__ import annotations
 from .base import (
     _REGISTRY,
     DEFAULT_FILTER,
-    DRAFT_14,
     MAX_GOAWAY_URI,
     MAX_MESSAGE_LENGTH,
     UNKNOWN_STREAM_COUNT,
@@ -36,6 +38,9 @@ from .fetch import (
     fetch_end,
 )
 from .namespace import (
+    Namespace,
+    NamespaceDone,
+    NamespaceOptions,
     PublishNamespace,
     PublishNamespaceCancel,
     PublishNamespaceDone,
@@ -48,6 +53,14 @@ from .namespace import (
 )
 from .parameters import NO_PARAMETERS, NO_SETUP_PARAMETERS, Parameters, SetupParameters
 from .publish import Publish, PublishError, PublishOk
+from .replies import (
+    ERROR_OF_REQUEST,
+    REQUEST_OF_ERROR,
+    REQUEST_OF_OK,
+    RequestError,
+    RequestOk,
+    family_reply,
+)
 from .setup import ClientSetup, Goaway, MaxRequestId, RequestsBlocked, ServerSetup
 from .subscribe import (
     PublishDone,
@@ -59,33 +72,14 @@ from .subscribe import (
 )
 from .track_status import TrackStatus, TrackStatusError, TrackStatusOk
 
-ALL_MESSAGE_TYPES: tuple[type[ControlMessage], ...] = tuple(_REGISTRY.values())
-
-REQUEST_OF_OK: dict[type[ControlMessage], type[ControlMessage]] = {
-    SubscribeOk: Subscribe,
-    PublishOk: Publish,
-    FetchOk: Fetch,
-    TrackStatusOk: TrackStatus,
-    PublishNamespaceOk: PublishNamespace,
-    SubscribeNamespaceOk: SubscribeNamespace,
-}
-"""The request each *_OK answers."""
-REQUEST_OF_ERROR: dict[type[ControlMessage], type[ControlMessage]] = {
-    SubscribeError: Subscribe,
-    PublishError: Publish,
-    FetchError: Fetch,
-    TrackStatusError: TrackStatus,
-    PublishNamespaceError: PublishNamespace,
-    SubscribeNamespaceError: SubscribeNamespace,
-}
-"""The request each *_ERROR refuses."""
-ERROR_OF_REQUEST = {request: error for error, request in REQUEST_OF_ERROR.items()}
-"""The *_ERROR that refuses each request."""
+ALL_MESSAGE_TYPES: tuple[type[ControlMessage], ...] = tuple(
+    {cls: None for table in _REGISTRY.values() for cls in table.values()}
+)
+"""Every message class of every draft."""
 
 __all__ = [
     "ALL_MESSAGE_TYPES",
     "DEFAULT_FILTER",
-    "DRAFT_14",
     "ERROR_OF_REQUEST",
     "MAX_GOAWAY_URI",
     "MAX_MESSAGE_LENGTH",
@@ -105,6 +99,9 @@ __all__ = [
     "Goaway",
     "JoiningFetch",
     "MaxRequestId",
+    "Namespace",
+    "NamespaceDone",
+    "NamespaceOptions",
     "Parameters",
     "Publish",
     "PublishDone",
@@ -115,6 +112,8 @@ __all__ = [
     "PublishNamespaceError",
     "PublishNamespaceOk",
     "PublishOk",
+    "RequestError",
+    "RequestOk",
     "RequestsBlocked",
     "ServerSetup",
     "SetupParameters",
@@ -133,5 +132,6 @@ __all__ = [
     "Unsubscribe",
     "UnsubscribeNamespace",
     "decode_control",
+    "family_reply",
     "fetch_end",
 ]

@@ -1,29 +1,53 @@
-"""What every control message shares: framing, the type registry, field helpers, and the
-layouts several families reuse (one body per layout, the wire type being the only difference).
+"""What every control message shares: framing, the type registry per draft, field helpers,
+draft 16's parameters for draft 14's fixed fields and its track extensions, and the layouts
+several families reuse (one body per layout, the wire type being the only difference).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Self, TypeVar
+from typing import ClassVar, Protocol, Self, TypeVar
 
-from ..errors import DecodeError, NeedMoreData
+from ..drafts import DRAFT_14, DRAFTS, Draft
+from ..errors import DecodeError, NeedMoreData, draft_14_code
 from ..model import FullTrackName, GroupOrder, Location
 from ..wire import (
     MAX_FULL_TRACK_NAME,
     Buffer,
+    KeyValuePair,
     Reader,
+    decode_kvps,
     encode_bytes,
+    encode_kvps,
     encode_location,
     encode_reason,
     encode_tuple,
     encode_varint,
 )
-from .parameters import NO_PARAMETERS, Parameters
+from .parameters import (
+    EXPIRES,
+    FORWARD,
+    GROUP_ORDER,
+    LARGEST_OBJECT,
+    MAX_CACHE_DURATION,
+    NO_PARAMETERS,
+    SUBSCRIBER_PRIORITY,
+    SUBSCRIPTION_FILTER,
+    Parameters,
+    decode_message_parameters,
+    encode_message_parameters,
+)
 
-DRAFT_14 = 0xFF00000E
 MAX_MESSAGE_LENGTH = 0xFFFF
+REQUEST_ERROR_TYPE = 0x05
+REQUEST_OK_TYPE = 0x07
+"""Draft 16's generic replies, on codes draft 14 gave SUBSCRIBE_ERROR and
+PUBLISH_NAMESPACE_OK."""
+DEFAULT_PUBLISHER_GROUP_ORDER = 0x22
+"""The track extension (draft 16 on) that says a track's group order; ascending if absent."""
 MAX_GOAWAY_URI = 8192
 # A delivery status of "unknown number of streams" in PUBLISH_DONE.
 UNKNOWN_STREAM_COUNT = (1 << 62) - 1
@@ -116,32 +140,187 @@ DEFAULT_FILTER = SubscriptionFilter()
 
 
 # ---------------------------------------------------------------------------------------------
+# Draft 16's parameters for what draft 14 sends as fixed fields, and track extensions.
+
+
+def field_pairs(
+    *,
+    expires: int = 0,
+    largest: Location | None = None,
+    forward: bool | None = None,
+    subscriber_priority: int | None = None,
+    filter: SubscriptionFilter | None = None,
+    group_order: GroupOrder | None = None,
+) -> list[KeyValuePair]:
+    """The parameters a draft-16 message sends for the fields given (None: the message has
+    no such field). An expiry of 0 and the publisher's group order are their defaults, left
+    out."""
+    pairs: list[KeyValuePair] = []
+    if expires:
+        pairs.append((EXPIRES, expires))
+    if largest is not None:
+        pairs.append((LARGEST_OBJECT, encode_location(largest)))
+    if forward is not None:
+        pairs.append((FORWARD, int(forward)))
+    if subscriber_priority is not None:
+        pairs.append((SUBSCRIBER_PRIORITY, subscriber_priority))
+    if filter is not None:
+        pairs.append((SUBSCRIPTION_FILTER, filter.encode()))
+    if group_order not in (None, GroupOrder.PUBLISHER_DEFAULT):
+        pairs.append((GROUP_ORDER, int(group_order)))  # type: ignore[arg-type]
+    return pairs
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """Draft 16's field parameters of one message, read with draft 14's defaults."""
+
+    pairs: dict[int, int | bytes]
+
+    def _int(self, key: int, default: int, largest: int, what: str) -> int:
+        value = self.pairs.get(key, default)
+        assert isinstance(value, int)  # even keys carry integers
+        if value > largest:
+            raise DecodeError(f"{what} {value} is out of range")
+        return value
+
+    def _struct(self, key: int) -> Reader | None:
+        value = self.pairs.get(key)
+        return None if value is None else Reader(value)  # type: ignore[arg-type]
+
+    @property
+    def expires(self) -> int:
+        value = self.pairs.get(EXPIRES, 0)
+        assert isinstance(value, int)
+        return value
+
+    @property
+    def largest(self) -> Location | None:
+        reader = self._struct(LARGEST_OBJECT)
+        return None if reader is None else _whole(reader, reader.location)
+
+    @property
+    def forward(self) -> bool:
+        return self._int(FORWARD, 1, 1, "forward") == 1
+
+    @property
+    def subscriber_priority(self) -> int:
+        return self._int(SUBSCRIBER_PRIORITY, 128, 255, "subscriber priority")
+
+    def group_order(self, default: GroupOrder) -> GroupOrder:
+        if GROUP_ORDER not in self.pairs:
+            return default
+        value = self._int(GROUP_ORDER, 0, GroupOrder.DESCENDING, "group order")
+        if value == GroupOrder.PUBLISHER_DEFAULT:
+            raise DecodeError("group order 0")
+        return GroupOrder(value)
+
+    @property
+    def filter(self) -> SubscriptionFilter:
+        reader = self._struct(SUBSCRIPTION_FILTER)
+        if reader is None:
+            return DEFAULT_FILTER
+        return _whole(reader, lambda: SubscriptionFilter.decode(reader))
+
+
+_T = TypeVar("_T")
+
+
+def _whole(reader: Reader, read: Callable[[], _T]) -> _T:
+    """What `read` takes from `reader`, which must be all of it (a parameter's value)."""
+    try:
+        value = read()
+    except NeedMoreData:
+        raise DecodeError("a parameter's value ends early") from None
+    if not reader.at_end():
+        raise DecodeError("a parameter's value is longer than its fields")
+    return value
+
+
+def decode_fields(reader: Reader, draft: Draft) -> tuple[Fields, Parameters]:
+    fields, parameters = decode_message_parameters(reader, draft)
+    return Fields(fields), parameters
+
+
+def reply_fields(
+    expires: int, largest: Location | None, parameters: Parameters, draft: Draft
+) -> bytes:
+    """The parameter block of a draft-16 reply that reports on a track."""
+    return encode_message_parameters(
+        field_pairs(expires=expires, largest=largest), parameters, draft
+    )
+
+
+def encode_track_extensions(group_order: GroupOrder, parameters: Parameters) -> bytes:
+    """Draft 16's trailing track extensions (no count: they run to the message's end)."""
+    pairs: list[KeyValuePair] = []
+    if parameters.max_cache_duration is not None:
+        pairs.append((MAX_CACHE_DURATION, parameters.max_cache_duration))
+    if group_order == GroupOrder.DESCENDING:
+        pairs.append((DEFAULT_PUBLISHER_GROUP_ORDER, int(group_order)))
+    return encode_kvps(pairs, delta=True)
+
+
+def decode_track_extensions(
+    reader: Reader, parameters: Parameters
+) -> tuple[GroupOrder, Parameters]:
+    """The group order and cache duration of the trailing track extensions; the others are
+    the track's properties, which nothing here reads."""
+    extensions = dict(decode_kvps(reader.raw(reader.remaining), delta=True))
+    order = extensions.get(DEFAULT_PUBLISHER_GROUP_ORDER, GroupOrder.ASCENDING)
+    if order not in (GroupOrder.ASCENDING, GroupOrder.DESCENDING):
+        raise DecodeError(f"track group order {order!r}")
+    duration = extensions.get(MAX_CACHE_DURATION)
+    if isinstance(duration, int):
+        parameters = dataclasses.replace(parameters, max_cache_duration=duration)
+    return GroupOrder(order), parameters
+
+
+# ---------------------------------------------------------------------------------------------
 # The message base and registry.
 
-_REGISTRY: dict[int, type[ControlMessage]] = {}
+_REGISTRY: dict[int, dict[int, type[ControlMessage]]] = {number: {} for number in DRAFTS}
+"""Per draft number, the message class each wire type decodes to."""
 
 
 @dataclass(frozen=True, slots=True)
 class ControlMessage:
     """Base of all control messages. ``TYPE`` is the wire code.
 
-    ``NEW_REQUEST`` marks the messages that consume the sender's next Request ID.
+    ``NEW_REQUEST`` marks the messages that consume the sender's next Request ID. A message
+    is decoded under the drafts from ``SINCE`` to ``UNTIL``; one that a later draft replaced
+    (draft 14's per-family replies) still encodes there, as its replacement (`wire_type`).
     """
 
     TYPE: ClassVar[int]
     NEW_REQUEST: ClassVar[bool] = False
+    SINCE: ClassVar[int] = 14
+    UNTIL: ClassVar[int | None] = None
+    REPLACED: ClassVar[bool] = False
+    """After ``UNTIL`` this message still goes out, as the message that replaced it."""
 
-    def encode(self) -> bytes:
-        payload = self.encode_payload()
+    @classmethod
+    def spoken_in(cls, draft: Draft) -> bool:
+        """Whether this message can be sent in a session of `draft`."""
+        until = None if cls.REPLACED else cls.UNTIL
+        return draft.number >= cls.SINCE and (until is None or draft.number <= until)
+
+    def wire_type(self, draft: Draft) -> int:
+        return self.TYPE
+
+    def encode(self, draft: Draft = DRAFT_14) -> bytes:
+        if not self.spoken_in(draft):
+            raise ValueError(f"{draft} has no {type(self).__name__}")
+        payload = self.encode_payload(draft)
         if len(payload) > MAX_MESSAGE_LENGTH:
             raise ValueError(f"{type(self).__name__} payload of {len(payload)} bytes is too long")
-        return encode_varint(self.TYPE) + len(payload).to_bytes(2, "big") + payload
+        return encode_varint(self.wire_type(draft)) + len(payload).to_bytes(2, "big") + payload
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
         raise NotImplementedError
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         raise NotImplementedError
 
 
@@ -149,29 +328,32 @@ _M = TypeVar("_M", bound=type["ControlMessage"])
 
 
 def _register(cls: _M) -> _M:
-    assert cls.TYPE not in _REGISTRY, hex(cls.TYPE)
-    _REGISTRY[cls.TYPE] = cls
+    for number, table in _REGISTRY.items():
+        if number >= cls.SINCE and (cls.UNTIL is None or number <= cls.UNTIL):
+            assert cls.TYPE not in table, (number, hex(cls.TYPE))
+            table[cls.TYPE] = cls
     return cls
 
 
-def decode_control(data: Buffer) -> tuple[ControlMessage, int]:
-    """Decode the framed message at the front of ``data``; return it and the bytes it used.
+def decode_control(data: Buffer, draft: Draft = DRAFT_14) -> tuple[ControlMessage, int]:
+    """Decode the framed message at the front of ``data`` as `draft` has it; return it and
+    the bytes it used.
 
     Raises ``NeedMoreData`` while the frame is incomplete and ``DecodeError`` for an unknown
     type or a payload whose fields do not fill its length exactly.
     """
     reader = Reader(data)
     message_type = reader.varint()
-    cls = _REGISTRY.get(message_type)
+    cls = _REGISTRY[draft.number].get(message_type)
     if cls is None:
-        raise DecodeError(f"unknown control message type {message_type:#x}")
+        raise DecodeError(f"unknown control message type {message_type:#x} in {draft}")
     length = reader.u16()
     end = reader.pos + length
     if end > reader.end:
         raise NeedMoreData("control message payload")
     payload = Reader(reader.data, reader.pos, end)
     try:
-        message = cls.decode_payload(payload)
+        message = cls.decode_payload(payload, draft)
     except NeedMoreData:
         raise DecodeError(f"{cls.__name__}: fields run past the length {length}") from None
     if not payload.at_end():
@@ -185,12 +367,28 @@ class _RequestIdOnly(ControlMessage):
 
     request_id: int
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
         return encode_varint(self.request_id)
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         return cls(reader.varint())
+
+
+@dataclass(frozen=True, slots=True)
+class _OkOfRequest(_RequestIdOnly):
+    """Layout of draft 14's replies that only accept a request; REQUEST_OK from draft 16."""
+
+    UNTIL: ClassVar[int | None] = 14
+    REPLACED: ClassVar[bool] = True
+
+    def wire_type(self, draft: Draft) -> int:
+        return REQUEST_OK_TYPE if draft.request_replies else self.TYPE
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        if draft.request_replies:
+            return encode_varint(self.request_id) + reply_fields(0, None, NO_PARAMETERS, draft)
+        return encode_varint(self.request_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,20 +397,52 @@ class _RequestIdOnly(ControlMessage):
 
 @dataclass(frozen=True, slots=True)
 class _RequestError(ControlMessage):
+    """Draft 14's *_ERROR layout; REQUEST_ERROR from draft 16, its code renumbered into
+    that draft's one table (`RENUMBERED`: this family's codes that moved)."""
+
+    UNTIL: ClassVar[int | None] = 14
+    REPLACED: ClassVar[bool] = True
+    RENUMBERED: ClassVar[dict[int, int]] = {}
+
     request_id: int
     error_code: int
     reason: str = ""
 
-    def encode_payload(self) -> bytes:
-        return (
-            encode_varint(self.request_id)
-            + encode_varint(self.error_code)
-            + encode_reason(self.reason)
+    def wire_type(self, draft: Draft) -> int:
+        return REQUEST_ERROR_TYPE if draft.request_replies else self.TYPE
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        if not draft.request_replies:
+            return (
+                encode_varint(self.request_id)
+                + encode_varint(self.error_code)
+                + encode_reason(self.reason)
+            )
+        code = self.RENUMBERED.get(self.error_code, self.error_code)
+        retry_interval = 0  # do not retry: nothing kvmoq refuses gets better by waiting
+        return b"".join(
+            (
+                encode_varint(self.request_id),
+                encode_varint(code),
+                encode_varint(retry_interval),
+                encode_reason(self.reason),
+            )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         return cls(reader.varint(), reader.varint(), reader.reason())
+
+    @classmethod
+    def from_request_error(cls, error: RequestErrorLike) -> Self:
+        """This family's error for a REQUEST_ERROR (its code in this family's numbers)."""
+        return cls(error.request_id, draft_14_code(cls.RENUMBERED, error.error_code), error.reason)
+
+
+class RequestErrorLike(Protocol):
+    request_id: int
+    error_code: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,27 +457,52 @@ class _SubscribeLayout(ControlMessage):
     filter: SubscriptionFilter = DEFAULT_FILTER
     parameters: Parameters = NO_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    DELIVERY: ClassVar[bool] = True
+    """Whether draft 16 sends the delivery fields (TRACK_STATUS does not)."""
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        head = encode_varint(self.request_id) + _encode_track(self.track)
+        if draft.request_parameters:
+            fields = field_pairs(
+                forward=self.forward,
+                subscriber_priority=self.subscriber_priority,
+                filter=self.filter,
+                group_order=self.group_order,
+            )
+            return head + encode_message_parameters(
+                fields if self.DELIVERY else (), self.parameters, draft
+            )
         return b"".join(
             (
-                encode_varint(self.request_id),
-                _encode_track(self.track),
+                head,
                 bytes((self.subscriber_priority, self.group_order, self.forward)),
                 self.filter.encode(),
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id, track = reader.varint(), _read_track(reader)
+        if draft.request_parameters:
+            fields, parameters = decode_fields(reader, draft)
+            return cls(
+                request_id,
+                track,
+                fields.subscriber_priority,
+                fields.group_order(GroupOrder.PUBLISHER_DEFAULT),
+                fields.forward,
+                fields.filter,
+                parameters,
+            )
         return cls(
-            request_id=reader.varint(),
-            track=_read_track(reader),
+            request_id=request_id,
+            track=track,
             subscriber_priority=reader.u8(),
             group_order=_read_group_order(reader, allow_default=True),
             forward=reader.flag("forward"),
             filter=SubscriptionFilter.decode(reader),
-            parameters=Parameters.decode(reader),
+            parameters=Parameters.decode(reader, draft),
         )
 
 
@@ -264,7 +519,16 @@ class _SubscribeOkLayout(ControlMessage):
     largest: Location | None = None
     parameters: Parameters = NO_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        if draft.request_parameters:
+            return b"".join(
+                (
+                    encode_varint(self.request_id),
+                    encode_varint(self.track_alias),
+                    reply_fields(self.expires, self.largest, self.parameters, draft),
+                    encode_track_extensions(self.group_order, self.parameters),
+                )
+            )
         return b"".join(
             (
                 encode_varint(self.request_id),
@@ -272,42 +536,25 @@ class _SubscribeOkLayout(ControlMessage):
                 encode_varint(self.expires),
                 bytes((self.group_order,)),
                 _encode_optional_location(self.largest),
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id, alias = reader.varint(), reader.varint()
+        if draft.request_parameters:
+            fields, parameters = decode_fields(reader, draft)
+            order, parameters = decode_track_extensions(reader, parameters)
+            return cls(request_id, alias, fields.expires, order, fields.largest, parameters)
         return cls(
-            request_id=reader.varint(),
-            track_alias=reader.varint(),
+            request_id=request_id,
+            track_alias=alias,
             expires=reader.varint(),
             group_order=_read_group_order(reader, allow_default=cls.ALLOW_DEFAULT_ORDER),
             largest=_read_optional_location(reader),
-            parameters=Parameters.decode(reader),
+            parameters=Parameters.decode(reader, draft),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _NamespaceRequest(ControlMessage):
-    """A request naming a namespace. SUBSCRIBE_NAMESPACE tolerates an empty prefix: moq-rs
-    sends one right after setup, and closing on it would break interop."""
-
-    NEW_REQUEST: ClassVar[bool] = True
-    ALLOW_EMPTY: ClassVar[bool] = False
-
-    request_id: int
-    namespace: tuple[bytes, ...]
-    parameters: Parameters = NO_PARAMETERS
-
-    def encode_payload(self) -> bytes:
-        return (
-            encode_varint(self.request_id) + encode_tuple(self.namespace) + self.parameters.encode()
-        )
-
-    @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
-        return cls(reader.varint(), reader.tuple(cls.ALLOW_EMPTY), Parameters.decode(reader))
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,9 +565,9 @@ class _NamespaceOnly(ControlMessage):
 
     namespace: tuple[bytes, ...]
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
         return encode_tuple(self.namespace)
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         return cls(reader.tuple(cls.ALLOW_EMPTY))

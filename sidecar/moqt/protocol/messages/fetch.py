@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Self
 
-from ..errors import DecodeError
+from ..drafts import Draft
+from ..errors import FETCH_RENUMBERED, DecodeError
 from ..model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
 from ..wire import (
     Reader,
@@ -22,8 +23,12 @@ from .base import (
     _register,
     _RequestError,
     _RequestIdOnly,
+    decode_fields,
+    decode_track_extensions,
+    encode_track_extensions,
+    field_pairs,
 )
-from .parameters import NO_PARAMETERS, Parameters
+from .parameters import NO_PARAMETERS, Parameters, encode_message_parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +78,7 @@ class Fetch(ControlMessage):
             return FetchType.STANDALONE
         return FetchType.ABSOLUTE_JOINING if self.target.absolute else FetchType.RELATIVE_JOINING
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
         target = self.target
         if isinstance(target, StandaloneFetch):
             end_object = 0 if target.end_object is None else target.end_object + 1
@@ -84,21 +89,34 @@ class Fetch(ControlMessage):
             )
         else:
             body = encode_varint(target.joining_request_id) + encode_varint(target.joining_start)
+        if draft.request_parameters:
+            fields = field_pairs(
+                subscriber_priority=self.subscriber_priority, group_order=self.group_order
+            )
+            return b"".join(
+                (
+                    encode_varint(self.request_id),
+                    encode_varint(self.fetch_type),
+                    body,
+                    encode_message_parameters(fields, self.parameters, draft),
+                )
+            )
         return b"".join(
             (
                 encode_varint(self.request_id),
                 bytes((self.subscriber_priority, self.group_order)),
                 encode_varint(self.fetch_type),
                 body,
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         request_id = reader.varint()
-        priority = reader.u8()
-        group_order = _read_group_order(reader, allow_default=True)
+        if not draft.request_parameters:
+            priority = reader.u8()
+            group_order = _read_group_order(reader, allow_default=True)
         fetch_type = reader.varint()
         target: StandaloneFetch | JoiningFetch
         if fetch_type == FetchType.STANDALONE:
@@ -115,7 +133,12 @@ class Fetch(ControlMessage):
             )
         else:
             raise DecodeError(f"unknown fetch type {fetch_type}")
-        return cls(request_id, target, priority, group_order, Parameters.decode(reader))
+        if draft.request_parameters:
+            fields, parameters = decode_fields(reader, draft)
+            priority = fields.subscriber_priority
+            group_order = fields.group_order(GroupOrder.PUBLISHER_DEFAULT)
+            return cls(request_id, target, priority, group_order, parameters)
+        return cls(request_id, target, priority, group_order, Parameters.decode(reader, draft))
 
 
 _MARKERS = (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK)
@@ -148,29 +171,46 @@ class FetchOk(ControlMessage):
     group_order: GroupOrder = GroupOrder.ASCENDING
     parameters: Parameters = NO_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        if draft.request_parameters:
+            return b"".join(
+                (
+                    encode_varint(self.request_id),
+                    bytes((self.end_of_track,)),
+                    encode_location(self.end),
+                    encode_message_parameters((), self.parameters, draft),
+                    encode_track_extensions(self.group_order, self.parameters),
+                )
+            )
         return b"".join(
             (
                 encode_varint(self.request_id),
                 bytes((self.group_order, self.end_of_track)),
                 encode_location(self.end),
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         request_id = reader.varint()
+        if draft.request_parameters:
+            end_of_track = reader.flag("end of track")
+            end = reader.location()
+            _, parameters = decode_fields(reader, draft)  # aiomoqt sends a group order here
+            order, parameters = decode_track_extensions(reader, parameters)
+            return cls(request_id, end, end_of_track, order, parameters)
         group_order = _read_group_order(reader, allow_default=False)
         end_of_track = reader.flag("end of track")
         end = reader.location()
-        return cls(request_id, end, end_of_track, group_order, Parameters.decode(reader))
+        return cls(request_id, end, end_of_track, group_order, Parameters.decode(reader, draft))
 
 
 @_register
 @dataclass(frozen=True, slots=True)
 class FetchError(_RequestError):
     TYPE: ClassVar[int] = 0x19
+    RENUMBERED: ClassVar[dict[int, int]] = FETCH_RENUMBERED
 
 
 @_register

@@ -1,10 +1,24 @@
-"""PUBLISH_NAMESPACE (ANNOUNCE before -13) and SUBSCRIBE_NAMESPACE families."""
+"""PUBLISH_NAMESPACE (ANNOUNCE before -13) and SUBSCRIBE_NAMESPACE families.
+
+From draft 16 a namespace's withdrawal and cancellation name the PUBLISH_NAMESPACE by its
+request id instead of the namespace, and a namespace subscription hears of namespaces by
+NAMESPACE and NAMESPACE_DONE (on a stream of its own, which UNSUBSCRIBE_NAMESPACE's closing
+replaces).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import ClassVar, Self
 
+from ..drafts import Draft
+from ..errors import (
+    PUBLISH_NAMESPACE_RENUMBERED,
+    SUBSCRIBE_NAMESPACE_RENUMBERED,
+    DecodeError,
+    draft_14_code,
+)
 from ..wire import (
     Reader,
     encode_reason,
@@ -14,22 +28,51 @@ from ..wire import (
 from .base import (
     ControlMessage,
     _NamespaceOnly,
-    _NamespaceRequest,
+    _OkOfRequest,
     _register,
     _RequestError,
-    _RequestIdOnly,
+)
+from .parameters import (
+    NO_PARAMETERS,
+    Parameters,
+    decode_message_parameters,
+    encode_message_parameters,
 )
 
 
+def _request_id_of(message: PublishNamespaceDone | PublishNamespaceCancel) -> bytes:
+    if message.request_id is None:
+        raise ValueError(f"{type(message).__name__} needs the request id from draft 16 on")
+    return encode_varint(message.request_id)
+
+
 @_register
 @dataclass(frozen=True, slots=True)
-class PublishNamespace(_NamespaceRequest):
+class PublishNamespace(ControlMessage):
     TYPE: ClassVar[int] = 0x06
+    NEW_REQUEST: ClassVar[bool] = True
+
+    request_id: int
+    namespace: tuple[bytes, ...]
+    parameters: Parameters = NO_PARAMETERS
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        return (
+            encode_varint(self.request_id)
+            + encode_tuple(self.namespace)
+            + encode_message_parameters((), self.parameters, draft)
+        )
+
+    @classmethod
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id, namespace = reader.varint(), reader.tuple()
+        _, parameters = decode_message_parameters(reader, draft)
+        return cls(request_id, namespace, parameters)
 
 
 @_register
 @dataclass(frozen=True, slots=True)
-class PublishNamespaceOk(_RequestIdOnly):
+class PublishNamespaceOk(_OkOfRequest):
     TYPE: ClassVar[int] = 0x07
 
 
@@ -37,26 +80,48 @@ class PublishNamespaceOk(_RequestIdOnly):
 @dataclass(frozen=True, slots=True)
 class PublishNamespaceError(_RequestError):
     TYPE: ClassVar[int] = 0x08
+    RENUMBERED: ClassVar[dict[int, int]] = PUBLISH_NAMESPACE_RENUMBERED
 
 
 @_register
 @dataclass(frozen=True, slots=True)
-class PublishNamespaceDone(_NamespaceOnly):
-    """Withdraws a namespace. Draft-14 carries no request id, only the namespace."""
+class PublishNamespaceDone(ControlMessage):
+    """Withdraws a namespace: draft 14 names it, draft 16 the PUBLISH_NAMESPACE's request
+    id (the session fills in whichever the bytes lack)."""
 
     TYPE: ClassVar[int] = 0x09
+
+    namespace: tuple[bytes, ...]
+    request_id: int | None = None
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        if draft.request_replies:
+            return _request_id_of(self)
+        return encode_tuple(self.namespace)
+
+    @classmethod
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        if draft.request_replies:
+            return cls((), reader.varint())
+        return cls(reader.tuple())
 
 
 @_register
 @dataclass(frozen=True, slots=True)
 class PublishNamespaceCancel(ControlMessage):
+    """The receiver stops accepting a namespace; named as PUBLISH_NAMESPACE_DONE names it."""
+
     TYPE: ClassVar[int] = 0x0C
 
     namespace: tuple[bytes, ...]
     error_code: int
     reason: str = ""
+    request_id: int | None = None
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        if draft.request_replies:
+            code = PUBLISH_NAMESPACE_RENUMBERED.get(self.error_code, self.error_code)
+            return _request_id_of(self) + encode_varint(code) + encode_reason(self.reason)
         return (
             encode_tuple(self.namespace)
             + encode_varint(self.error_code)
@@ -64,7 +129,11 @@ class PublishNamespaceCancel(ControlMessage):
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        if draft.request_replies:
+            request_id = reader.varint()
+            code = draft_14_code(PUBLISH_NAMESPACE_RENUMBERED, reader.varint())
+            return cls((), code, reader.reason(), request_id)
         return cls(reader.tuple(), reader.varint(), reader.reason())
 
 
@@ -72,16 +141,55 @@ class PublishNamespaceCancel(ControlMessage):
 # SUBSCRIBE_NAMESPACE family.
 
 
+class NamespaceOptions(IntEnum):
+    """What a namespace subscription asks to hear of (draft 16's Subscribe Options)."""
+
+    PUBLISH = 0x0
+    NAMESPACE = 0x1
+    BOTH = 0x2
+
+
 @_register
 @dataclass(frozen=True, slots=True)
-class SubscribeNamespace(_NamespaceRequest):
+class SubscribeNamespace(ControlMessage):
+    """The prefix may be empty (moq-rs sends one right after setup). Draft 14 hears of
+    both namespaces and tracks; draft 16 says which (`options`)."""
+
     TYPE: ClassVar[int] = 0x11
-    ALLOW_EMPTY: ClassVar[bool] = True
+    NEW_REQUEST: ClassVar[bool] = True
+
+    request_id: int
+    namespace: tuple[bytes, ...]
+    parameters: Parameters = NO_PARAMETERS
+    options: NamespaceOptions = NamespaceOptions.BOTH
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        options = encode_varint(self.options) if draft.request_parameters else b""
+        return b"".join(
+            (
+                encode_varint(self.request_id),
+                encode_tuple(self.namespace),
+                options,
+                encode_message_parameters((), self.parameters, draft),
+            )
+        )
+
+    @classmethod
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id, prefix = reader.varint(), reader.tuple(allow_empty=True)
+        options = NamespaceOptions.BOTH
+        if draft.request_parameters:
+            value = reader.varint()
+            if value > NamespaceOptions.BOTH:
+                raise DecodeError(f"subscribe options {value}")
+            options = NamespaceOptions(value)
+        _, parameters = decode_message_parameters(reader, draft)
+        return cls(request_id, prefix, parameters, options)
 
 
 @_register
 @dataclass(frozen=True, slots=True)
-class SubscribeNamespaceOk(_RequestIdOnly):
+class SubscribeNamespaceOk(_OkOfRequest):
     TYPE: ClassVar[int] = 0x12
 
 
@@ -89,12 +197,36 @@ class SubscribeNamespaceOk(_RequestIdOnly):
 @dataclass(frozen=True, slots=True)
 class SubscribeNamespaceError(_RequestError):
     TYPE: ClassVar[int] = 0x13
+    RENUMBERED: ClassVar[dict[int, int]] = SUBSCRIBE_NAMESPACE_RENUMBERED
 
 
 @_register
 @dataclass(frozen=True, slots=True)
 class UnsubscribeNamespace(_NamespaceOnly):
-    """The prefix may be empty, like the SUBSCRIBE_NAMESPACE it ends."""
+    """The prefix may be empty, like the SUBSCRIBE_NAMESPACE it ends. Draft 14 only: from
+    draft 16 the subscription's stream is closed instead."""
 
     TYPE: ClassVar[int] = 0x14
+    UNTIL: ClassVar[int | None] = 14
+    ALLOW_EMPTY: ClassVar[bool] = True
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class Namespace(_NamespaceOnly):
+    """A namespace under a subscription's prefix now has a publisher: `namespace` is what
+    follows the prefix (empty where it is the prefix itself)."""
+
+    TYPE: ClassVar[int] = 0x08
+    SINCE: ClassVar[int] = 16
+    ALLOW_EMPTY: ClassVar[bool] = True
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class NamespaceDone(_NamespaceOnly):
+    """A namespace NAMESPACE announced has no publisher any more (suffix as there)."""
+
+    TYPE: ClassVar[int] = 0x0E
+    SINCE: ClassVar[int] = 16
     ALLOW_EMPTY: ClassVar[bool] = True

@@ -6,9 +6,11 @@ order, because the draft says to ignore them, not to drop them on the way throug
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from ..drafts import DRAFT_14, Draft
 from ..errors import DecodeError, MoqtError, SessionErrorCode
 from ..wire import (
     KeyValuePair,
@@ -16,6 +18,23 @@ from ..wire import (
     encode_parameters,
     encode_varint,
 )
+
+EXPIRES = 0x08
+LARGEST_OBJECT = 0x09
+FORWARD = 0x10
+SUBSCRIBER_PRIORITY = 0x20
+SUBSCRIPTION_FILTER = 0x21
+GROUP_ORDER = 0x22
+NEW_GROUP_REQUEST = 0x32
+FIELD_KEYS = frozenset(
+    {EXPIRES, LARGEST_OBJECT, FORWARD, SUBSCRIBER_PRIORITY, SUBSCRIPTION_FILTER, GROUP_ORDER,
+     NEW_GROUP_REQUEST}
+)  # fmt: skip
+"""Draft 16's message parameters for what draft 14 sends as fixed fields (expires, largest
+location, forward, subscriber priority, filter, group order; `messages.base.Delivery`
+reads and writes them), and one draft 14 has no field for (new group request)."""
+MAX_CACHE_DURATION = 0x04
+"""A message parameter in draft 14, a track extension from draft 16 on."""
 
 TOKEN_USE_VALUE = 0x3
 """AUTHORIZATION_TOKEN's Alias Type for a token sent whole. The others register, use or delete
@@ -60,7 +79,7 @@ class _ParameterSet:
 
     unknown: tuple[KeyValuePair, ...] = ()
 
-    def pairs(self) -> tuple[KeyValuePair, ...]:
+    def pairs(self, draft: Draft = DRAFT_14) -> tuple[KeyValuePair, ...]:
         out: list[KeyValuePair] = []
         for key, name in sorted(self._KEYS.items()):
             value = getattr(self, name)
@@ -70,15 +89,19 @@ class _ParameterSet:
                 out.append((key, value))
         return (*out, *self.unknown)
 
-    def encode(self) -> bytes:
-        return encode_parameters(self.pairs())
+    def encode(self, draft: Draft = DRAFT_14) -> bytes:
+        return encode_parameters(self.pairs(draft), draft.delta_types)
 
     @classmethod
-    def decode(cls, reader: Reader) -> Self:
+    def decode(cls, reader: Reader, draft: Draft = DRAFT_14) -> Self:
+        return cls.of(reader.parameters(draft.delta_types))
+
+    @classmethod
+    def of(cls, pairs: Iterable[KeyValuePair]) -> Self:
         fields: dict[str, object] = {}
         repeated: dict[str, list[int | bytes]] = {}
         unknown: list[KeyValuePair] = []
-        for key, value in reader.parameters():
+        for key, value in pairs:
             name = cls._KEYS.get(key)
             if name is None:
                 unknown.append((key, value))
@@ -128,6 +151,47 @@ class Parameters(_ParameterSet):
     delivery_timeout: int | None = None
     authorization_tokens: tuple[bytes, ...] = ()
     max_cache_duration: int | None = None
+
+    def pairs(self, draft: Draft = DRAFT_14) -> tuple[KeyValuePair, ...]:
+        """From draft 16 on, the maximum cache duration is a track extension (the messages
+        that carry extensions send it there) and a parameter this table does not know closes
+        the peer's session, so neither goes among the parameters."""
+        pairs = _ParameterSet.pairs(self, draft)
+        if not draft.delta_types:
+            return pairs
+        return tuple(
+            pair for pair in pairs if pair[0] in self._KEYS and pair[0] != MAX_CACHE_DURATION
+        )
+
+
+def encode_message_parameters(
+    fields: Iterable[KeyValuePair], parameters: Parameters, draft: Draft
+) -> bytes:
+    """A message's parameter block: draft 16's `fields` (see FIELD_KEYS; none under draft
+    14, which sends them as fixed fields) and `parameters`."""
+    return encode_parameters((*fields, *parameters.pairs(draft)), draft.delta_types)
+
+
+def decode_message_parameters(
+    reader: Reader, draft: Draft
+) -> tuple[dict[int, int | bytes], Parameters]:
+    """A message's parameter block, split into draft 16's `fields` (FIELD_KEYS; none under
+    draft 14) and the rest. From draft 16 on, a parameter neither table knows closes the
+    session (draft 14 keeps it, unknown, for whoever reads it next)."""
+    if not draft.request_parameters:
+        return {}, Parameters.decode(reader, draft)
+    fields: dict[int, int | bytes] = {}
+    rest: list[KeyValuePair] = []
+    for key, value in reader.parameters(draft.delta_types):
+        if key in FIELD_KEYS:
+            if key in fields:
+                raise DecodeError(f"parameter {key:#x} repeated")
+            fields[key] = value
+        elif key in Parameters._KEYS and key != MAX_CACHE_DURATION:
+            rest.append((key, value))
+        else:
+            raise DecodeError(f"unknown message parameter {key:#x}")
+    return fields, Parameters.of(rest)
 
 
 # Shared defaults (frozen, so one instance serves every message).

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from ..drafts import Draft
+from ..errors import PUBLISH_RENUMBERED
 from ..model import FullTrackName, GroupOrder, Location
 from ..wire import (
     Reader,
@@ -21,8 +23,12 @@ from .base import (
     _read_track,
     _register,
     _RequestError,
+    decode_fields,
+    decode_track_extensions,
+    encode_track_extensions,
+    field_pairs,
 )
-from .parameters import NO_PARAMETERS, Parameters
+from .parameters import NO_PARAMETERS, Parameters, encode_message_parameters
 
 
 @_register
@@ -39,29 +45,46 @@ class Publish(ControlMessage):
     forward: bool = True
     parameters: Parameters = NO_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        head = (
+            encode_varint(self.request_id)
+            + _encode_track(self.track)
+            + encode_varint(self.track_alias)
+        )
+        if draft.request_parameters:
+            fields = field_pairs(largest=self.largest, forward=self.forward)
+            return b"".join(
+                (
+                    head,
+                    encode_message_parameters(fields, self.parameters, draft),
+                    encode_track_extensions(self.group_order, self.parameters),
+                )
+            )
         return b"".join(
             (
-                encode_varint(self.request_id),
-                _encode_track(self.track),
-                encode_varint(self.track_alias),
+                head,
                 bytes((self.group_order,)),
                 _encode_optional_location(self.largest),
                 bytes((self.forward,)),
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id, track, alias = reader.varint(), _read_track(reader), reader.varint()
+        if draft.request_parameters:
+            fields, parameters = decode_fields(reader, draft)
+            order, parameters = decode_track_extensions(reader, parameters)
+            return cls(request_id, track, alias, order, fields.largest, fields.forward, parameters)
         return cls(
-            request_id=reader.varint(),
-            track=_read_track(reader),
-            track_alias=reader.varint(),
+            request_id=request_id,
+            track=track,
+            track_alias=alias,
             group_order=_read_group_order(reader, allow_default=False),
             largest=_read_optional_location(reader),
             forward=reader.flag("forward"),
-            parameters=Parameters.decode(reader),
+            parameters=Parameters.decode(reader, draft),
         )
 
 
@@ -77,25 +100,46 @@ class PublishOk(ControlMessage):
     filter: SubscriptionFilter = DEFAULT_FILTER
     parameters: Parameters = NO_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        if draft.request_parameters:
+            fields = field_pairs(
+                forward=self.forward,
+                subscriber_priority=self.subscriber_priority,
+                filter=self.filter,
+                group_order=self.group_order,
+            )
+            return encode_varint(self.request_id) + encode_message_parameters(
+                fields, self.parameters, draft
+            )
         return b"".join(
             (
                 encode_varint(self.request_id),
                 bytes((self.forward, self.subscriber_priority, self.group_order)),
                 self.filter.encode(),
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id = reader.varint()
+        if draft.request_parameters:
+            fields, parameters = decode_fields(reader, draft)
+            return cls(
+                request_id,
+                fields.forward,
+                fields.subscriber_priority,
+                fields.group_order(GroupOrder.PUBLISHER_DEFAULT),
+                fields.filter,
+                parameters,
+            )
         return cls(
-            request_id=reader.varint(),
+            request_id=request_id,
             forward=reader.flag("forward"),
             subscriber_priority=reader.u8(),
             group_order=_read_group_order(reader, allow_default=True),
             filter=SubscriptionFilter.decode(reader),
-            parameters=Parameters.decode(reader),
+            parameters=Parameters.decode(reader, draft),
         )
 
 
@@ -103,3 +147,4 @@ class PublishOk(ControlMessage):
 @dataclass(frozen=True, slots=True)
 class PublishError(_RequestError):
     TYPE: ClassVar[int] = 0x1F
+    RENUMBERED: ClassVar[dict[int, int]] = PUBLISH_RENUMBERED

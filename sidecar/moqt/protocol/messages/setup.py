@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from ..drafts import Draft
 from ..wire import (
     Reader,
     encode_bytes,
@@ -18,36 +19,52 @@ from .parameters import NO_SETUP_PARAMETERS, SetupParameters
 @_register
 @dataclass(frozen=True, slots=True)
 class ClientSetup(ControlMessage):
+    """`versions`: the drafts offered, where SETUP names them (draft 14; from draft 15 the
+    ALPN does, and the list is empty)."""
+
     TYPE: ClassVar[int] = 0x20
 
     versions: tuple[int, ...]
     parameters: SetupParameters = NO_SETUP_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        parameters = self.parameters.encode(draft)
+        if draft.setup_version is None:
+            return parameters
         versions = b"".join(encode_varint(v) for v in self.versions)
-        return encode_varint(len(self.versions)) + versions + self.parameters.encode()
+        return encode_varint(len(self.versions)) + versions + parameters
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
-        count = reader.count(reader.remaining, "version")
-        versions = tuple(reader.varint() for _ in range(count))
-        return cls(versions, SetupParameters.decode(reader))
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        versions: tuple[int, ...] = ()
+        if draft.setup_version is not None:
+            count = reader.count(reader.remaining, "version")
+            versions = tuple(reader.varint() for _ in range(count))
+        return cls(versions, SetupParameters.decode(reader, draft))
 
 
 @_register
 @dataclass(frozen=True, slots=True)
 class ServerSetup(ControlMessage):
+    """`version`: the draft chosen, where SETUP names it (None from draft 15)."""
+
     TYPE: ClassVar[int] = 0x21
 
-    version: int
+    version: int | None
     parameters: SetupParameters = NO_SETUP_PARAMETERS
 
-    def encode_payload(self) -> bytes:
-        return encode_varint(self.version) + self.parameters.encode()
+    def encode_payload(self, draft: Draft) -> bytes:
+        parameters = self.parameters.encode(draft)
+        if draft.setup_version is None:
+            return parameters
+        if self.version is None:
+            raise ValueError(f"SERVER_SETUP names its version in {draft}")
+        return encode_varint(self.version) + parameters
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
-        return cls(reader.varint(), SetupParameters.decode(reader))
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        version = None if draft.setup_version is None else reader.varint()
+        return cls(version, SetupParameters.decode(reader, draft))
 
 
 @_register
@@ -57,11 +74,11 @@ class Goaway(ControlMessage):
 
     new_session_uri: bytes = b""
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
         return encode_bytes(self.new_session_uri)
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         return cls(reader.bytes_vi(MAX_GOAWAY_URI, "new session URI"))
 
 

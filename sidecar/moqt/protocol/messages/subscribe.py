@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
+from ..drafts import Draft
+from ..errors import PUBLISH_DONE_RENUMBERED, SUBSCRIBE_RENUMBERED, draft_14_code
 from ..model import Location
 from ..wire import (
     Reader,
@@ -15,13 +17,17 @@ from ..wire import (
 from .base import (
     UNKNOWN_STREAM_COUNT,
     ControlMessage,
+    FilterType,
+    SubscriptionFilter,
     _register,
     _RequestError,
     _RequestIdOnly,
     _SubscribeLayout,
     _SubscribeOkLayout,
+    decode_fields,
+    field_pairs,
 )
-from .parameters import NO_PARAMETERS, Parameters
+from .parameters import NO_PARAMETERS, Parameters, encode_message_parameters
 
 
 @_register
@@ -40,6 +46,7 @@ class SubscribeOk(_SubscribeOkLayout):
 @dataclass(frozen=True, slots=True)
 class SubscribeError(_RequestError):
     TYPE: ClassVar[int] = 0x05
+    RENUMBERED: ClassVar[dict[int, int]] = SUBSCRIBE_RENUMBERED
 
 
 @_register
@@ -47,7 +54,10 @@ class SubscribeError(_RequestError):
 class SubscribeUpdate(ControlMessage):
     """Narrows an existing subscription. ``end_group`` None means open-ended.
 
-    On the wire the end group is sent +1 with 0 meaning open-ended (unlike SUBSCRIBE).
+    On the wire the end group is sent +1 with 0 meaning open-ended (unlike SUBSCRIBE). From
+    draft 16 it is REQUEST_UPDATE: the range is a SUBSCRIPTION_FILTER parameter (absolute
+    start, or range), and one without it leaves the range as it was (`start` 0/0, which
+    narrows nothing).
     """
 
     TYPE: ClassVar[int] = 0x02
@@ -61,23 +71,46 @@ class SubscribeUpdate(ControlMessage):
     forward: bool = True
     parameters: Parameters = NO_PARAMETERS
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        ids = encode_varint(self.request_id) + encode_varint(self.subscription_request_id)
+        if draft.request_parameters:
+            if self.end_group is None:
+                range_ = SubscriptionFilter(FilterType.ABSOLUTE_START, self.start)
+            else:
+                range_ = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, self.start, self.end_group)
+            fields = field_pairs(
+                forward=self.forward, subscriber_priority=self.subscriber_priority, filter=range_
+            )
+            return ids + encode_message_parameters(fields, self.parameters, draft)
         end = 0 if self.end_group is None else self.end_group + 1
         return b"".join(
             (
-                encode_varint(self.request_id),
-                encode_varint(self.subscription_request_id),
+                ids,
                 encode_location(self.start),
                 encode_varint(end),
                 bytes((self.subscriber_priority, self.forward)),
-                self.parameters.encode(),
+                self.parameters.encode(draft),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         request_id = reader.varint()
         subscription_request_id = reader.varint()
+        if draft.request_parameters:
+            fields, parameters = decode_fields(reader, draft)
+            range_ = fields.filter
+            if range_.start is None:  # no range, or one relative to the largest object
+                range_ = SubscriptionFilter(FilterType.ABSOLUTE_START, Location(0, 0))
+            return cls(
+                request_id,
+                subscription_request_id,
+                range_.start,  # type: ignore[arg-type]
+                range_.end_group,
+                fields.subscriber_priority,
+                fields.forward,
+                parameters,
+            )
         start = reader.location()
         end = reader.varint()
         return cls(
@@ -87,7 +120,7 @@ class SubscribeUpdate(ControlMessage):
             end_group=None if end == 0 else end - 1,
             subscriber_priority=reader.u8(),
             forward=reader.flag("forward"),
-            parameters=Parameters.decode(reader),
+            parameters=Parameters.decode(reader, draft),
         )
 
 
@@ -109,16 +142,22 @@ class PublishDone(ControlMessage):
     stream_count: int = UNKNOWN_STREAM_COUNT
     reason: str = ""
 
-    def encode_payload(self) -> bytes:
+    def encode_payload(self, draft: Draft) -> bytes:
+        status = self.status_code
+        if draft.request_replies:
+            status = PUBLISH_DONE_RENUMBERED.get(status, status)
         return b"".join(
             (
                 encode_varint(self.request_id),
-                encode_varint(self.status_code),
+                encode_varint(status),
                 encode_varint(self.stream_count),
                 encode_reason(self.reason),
             )
         )
 
     @classmethod
-    def decode_payload(cls, reader: Reader) -> Self:
-        return cls(reader.varint(), reader.varint(), reader.varint(), reader.reason())
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id, status = reader.varint(), reader.varint()
+        if draft.request_replies:
+            status = draft_14_code(PUBLISH_DONE_RENUMBERED, status)
+        return cls(request_id, status, reader.varint(), reader.reason())

@@ -1,0 +1,86 @@
+"""The MoQT drafts kvmoq speaks, and what each changes on the wire, named once.
+
+A session runs one draft, fixed before its first message: by ALPN from draft 15 on
+(`moqt-16`), by the version lists of CLIENT_SETUP and SERVER_SETUP under `moq-00` (draft 14).
+Every difference a message family's encoding depends on is a field of `Draft`, named after
+the behaviour it changes; the family's module (`messages/`) reads that field, and nothing
+else asks which draft a session runs. Draft 18 is listed for negotiation's sake only once
+every family can encode it (issue 30); until then `SPOKEN` ends at 16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+LEGACY_ALPN = "moq-00"
+"""The ALPN of drafts 07 to 14 over raw QUIC: the version is negotiated in SETUP."""
+DRAFT_14_VERSION = 0xFF00000E
+"""Draft 14's number in CLIENT_SETUP's and SERVER_SETUP's version fields."""
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    number: int
+    alpn: str
+    setup_version: int | None
+    """The version CLIENT_SETUP lists and SERVER_SETUP picks; None where the ALPN names
+    the draft and SETUP carries no version."""
+    delta_types: bool
+    """Key-value pairs carry their type as the difference from the previous pair's (so
+    they go out in ascending order), and unknown message parameters close the session."""
+    request_parameters: bool
+    """A request's delivery fields (priority, group order, forward, filter) and a reply's
+    (expires, largest location) travel as message parameters, not as fixed fields; replies
+    that describe a track end with its extensions."""
+    request_replies: bool
+    """REQUEST_OK and REQUEST_ERROR answer every request that has no reply of its own
+    (namespaces, track status, updates) and refuse every request; the error codes of the
+    per-family *_ERROR messages are renumbered into one table."""
+
+    def __str__(self) -> str:
+        return f"draft-{self.number:02d}"
+
+
+DRAFT_14 = Draft(
+    14,
+    LEGACY_ALPN,
+    setup_version=DRAFT_14_VERSION,
+    delta_types=False,
+    request_parameters=False,
+    request_replies=False,
+)
+DRAFT_16 = Draft(
+    16,
+    "moqt-16",
+    setup_version=None,
+    delta_types=True,
+    request_parameters=True,
+    request_replies=True,
+)
+
+DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16)}
+"""Every draft whose messages kvmoq can encode."""
+SPOKEN: tuple[Draft, ...] = (DRAFT_14,)
+"""What a session offers unless told otherwise, newest first: draft 16's sessions also need
+its namespace streams and data-plane forms (issue 30), so only 14 is offered yet."""
+
+
+class UnknownDraft(ValueError):
+    """A draft number kvmoq does not speak (a flag's value, say)."""
+
+
+def drafts(numbers: Iterable[int]) -> tuple[Draft, ...]:
+    """The drafts of `numbers`, newest first; UnknownDraft names any kvmoq does not speak."""
+    chosen = []
+    for number in numbers:
+        if number not in DRAFTS:
+            known = ", ".join(str(n) for n in DRAFTS)
+            raise UnknownDraft(f"MoQT draft {number} is not spoken here (known: {known})")
+        chosen.append(DRAFTS[number])
+    return tuple(sorted(set(chosen), key=lambda draft: -draft.number))
+
+
+def by_alpn(alpn: str | None, offered: Iterable[Draft]) -> Draft | None:
+    """The draft a negotiated ALPN names among `offered` (None: none of them)."""
+    return next((draft for draft in offered if draft.alpn == alpn), None)
