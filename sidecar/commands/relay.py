@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.address import Address, parse_address
 from sidecar.moqt.aio.quic_backend import BACKENDS
+from sidecar.moqt.protocol.drafts import DRAFTS_HELP, SPOKEN, Draft, UnknownDraft, parse_drafts
 
 if TYPE_CHECKING:
     from sidecar.moqt.aio.quic_backend import QuicSettings
@@ -82,6 +83,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _drafts(text: str) -> tuple[Draft, ...]:
+    try:
+        return parse_drafts(text)
+    except UnknownDraft as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not value >= 0:  # NaN too
@@ -93,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "relay",
         help="run a MoQT relay (routing, fan-out, object cache)",
-        description="Run a MoQT draft-14 relay over raw QUIC (ALPN moq-00).",
+        description="Run a MoQT relay over raw QUIC (draft 14, ALPN moq-00; see --drafts).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -191,6 +199,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "aioquic (qh3 is 4x faster but fails the handshakes of picoquic clients such as "
         "aiomoqt's); above 1500 bytes aioquic (a little faster than qh3 there)",
     )
+    parser.add_argument("--drafts", type=_drafts, default=None, metavar="N,N", help=DRAFTS_HELP)
     parser.add_argument(
         "--max-datagram-size",
         type=int,
@@ -260,7 +269,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = QuicSettings(
-            backend=backend, max_datagram_size=size, stall_timeout=args.stall_timeout
+            backend=backend,
+            max_datagram_size=size,
+            stall_timeout=args.stall_timeout,
+            drafts=args.drafts or SPOKEN,
         )
         load_backend(settings.backend)
     except QuicSettingsError as exc:

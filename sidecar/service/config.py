@@ -31,6 +31,7 @@ from sidecar.moqt.aio.quic_backend import (
     fastest_sidecar_backend,
     installed,
 )
+from sidecar.moqt.protocol.drafts import DRAFTS_HELP, Draft, parse_drafts
 from sidecar.transfer.track_quality import DEFAULT_MAX_KL, TrackChoice
 
 T = TypeVar("T")
@@ -261,6 +262,7 @@ OPTIONS: tuple[Option, ...] = (
         "reconnect and resume, then ends RELAY_GONE with what it wrote; a Load request may set "
         "its own (relay_wait); 0: never wait",
     ),
+    Option("drafts", parse_drafts, "14", "N,N", DRAFTS_HELP),
     Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
     Option(
         "quic_backend",
@@ -308,6 +310,7 @@ class SidecarConfig:
     relay_timeout: float
     relay_stall_timeout: float
     relay_wait: float
+    drafts: tuple[Draft, ...]
     max_datagram_size: int
     quic_backend: BackendName
     shm_roots: tuple[Path, ...]

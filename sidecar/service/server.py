@@ -67,6 +67,7 @@ async def run_sidecar(
     health = health_aio.HealthServicer()
     settings = QuicSettings(
         backend=config.quic_backend,
+        drafts=config.drafts,
         max_datagram_size=config.max_datagram_size,
         ca_file=config.ca,
         idle_timeout=config.relay_timeout,

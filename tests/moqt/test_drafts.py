@@ -7,12 +7,24 @@ checked field by field against draft-ietf-moq-transport-16's text.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 
+from sidecar.moqt.aio import api, transport
+from sidecar.moqt.aio.quic_backend import QuicSettings
+from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol import messages as m
-from sidecar.moqt.protocol.drafts import DRAFT_14, DRAFT_16, UnknownDraft, by_alpn, drafts
+from sidecar.moqt.protocol.drafts import (
+    DRAFT_14,
+    DRAFT_16,
+    Draft,
+    UnknownDraft,
+    by_alpn,
+    drafts,
+)
 from sidecar.moqt.protocol.errors import (
     DecodeError,
     FetchErrorCode,
@@ -23,8 +35,10 @@ from sidecar.moqt.protocol.errors import (
 )
 from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location
 from sidecar.moqt.protocol.wire import encode_varint
+from tests.support.aio import run
 from tests.support.memory import of
 from tests.support.quic_pair import STACKS, SessionPair
+from tests.support.relay import DEFAULTS, publisher_server, running_relay
 from tests.support.strategies import messages_of
 
 
@@ -306,3 +320,77 @@ def test_an_update_is_answered_and_takes_a_request_id(pair: SessionPair) -> None
     assert pair.take("client") == []  # the REQUEST_OK closes the update quietly
     assert not client.awaiting() and update == subscription + 2
     assert not client.closed and not server.closed
+
+
+# The draft is the ALPN TLS settles on: real QUIC over loopback, each stack.
+
+BOTH = (DRAFT_16, DRAFT_14)
+
+
+@pytest.mark.parametrize("backend", STACKS)
+@pytest.mark.parametrize(
+    ("served", "offered", "agreed"),
+    [
+        (BOTH, (DRAFT_16,), DRAFT_16),
+        (BOTH, (DRAFT_14,), DRAFT_14),
+        (BOTH, BOTH, DRAFT_16),
+        ((DRAFT_14,), BOTH, DRAFT_14),
+    ],
+)
+def test_the_session_speaks_the_draft_its_alpn_names(
+    backend: str,
+    served: tuple[Draft, ...],
+    offered: tuple[Draft, ...],
+    agreed: Draft,
+    cert: CertificatePaths,
+) -> None:
+    publisher = api.Publisher()
+    publisher.track((b"ns",), b"t")
+    server = QuicSettings.loopback(backend=backend, ca_file=cert.cert, drafts=served)  # type: ignore[arg-type]
+    client = dataclasses.replace(server, drafts=offered)
+
+    async def main() -> None:
+        async with (
+            publisher_server(server, cert, publisher) as (url, sessions),
+            api.connect(url, client) as session,
+        ):
+            assert session.connection.moqt.draft == agreed
+            assert sessions[0].connection.moqt.draft == agreed
+            assert (await session.track_status(TRACK)).largest is None
+            with pytest.raises(api.RequestRefused) as refused:
+                await session.track_status(FullTrackName((b"ns",), b"nope"))
+            assert refused.value.code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+
+    run(main)
+
+
+def test_no_common_draft_means_no_session(cert: CertificatePaths) -> None:
+    server = QuicSettings.loopback(ca_file=cert.cert, drafts=(DRAFT_14,))
+    client = dataclasses.replace(server, drafts=(DRAFT_16,))
+
+    async def main() -> None:
+        async with publisher_server(server, cert, api.Publisher()) as (url, sessions):
+            with pytest.raises(transport.MoqtConnectError):
+                async with api.connect(url, client):
+                    pass
+            assert sessions == []
+
+    run(main)
+
+
+@pytest.mark.parametrize("backend", [DEFAULTS, "aioquic"])
+def test_one_relay_serves_sessions_of_both_drafts(backend: str, cert: CertificatePaths) -> None:
+    """`kvmoq relay --drafts 16,14` as users run it (aiopquic) and on aioquic."""
+    with running_relay(cert, "--drafts", "16,14", backend=backend) as relay:
+        settings = relay.settings
+
+        async def main() -> None:
+            for offered in ((DRAFT_16,), (DRAFT_14,), BOTH):
+                client = dataclasses.replace(settings, drafts=offered)
+                async with api.connect(relay.url, client) as session:
+                    assert session.connection.moqt.draft == offered[0]
+                    with pytest.raises(api.RequestRefused) as refused:
+                        await session.track_status(TRACK)
+                    assert refused.value.code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+
+        run(main)

@@ -26,11 +26,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from sidecar.moqt.protocol.drafts import SPOKEN, Draft
+
 BackendName = Literal["aioquic", "qh3", "aiopquic"]
 BACKENDS: tuple[BackendName, ...] = ("aioquic", "qh3", "aiopquic")
-
-ALPN = "moq-00"
-"""Raw-QUIC MoQT ALPN for drafts 07 to 14 (the version itself is negotiated in SETUP)."""
 
 INTERNET_DATAGRAM_SIZE = 1350
 """Fits any real path MTU (1500 minus IPv6/UDP headers and tunnel overhead)."""
@@ -84,7 +83,9 @@ class QuicSettings:
     """Everything kvmoq tunes on a QUIC connection, for either stack and either role."""
 
     backend: BackendName = "aioquic"
-    alpn: str = ALPN
+    drafts: tuple[Draft, ...] = SPOKEN
+    """The MoQT drafts offered (client) or accepted (server), newest first: each is an ALPN,
+    and TLS settles on one (a server takes the first of its own a client offers)."""
     max_datagram_size: int = INTERNET_DATAGRAM_SIZE
     # Flow-control windows: the best measured here; smaller ones stall a 64 KiB-object stream.
     max_data: int = 64 * MiB
@@ -122,6 +123,12 @@ class QuicSettings:
             raise QuicSettingsError("idle_timeout must be positive")
         if self.stall_timeout is not None and self.stall_timeout <= 0:
             raise QuicSettingsError("stall_timeout must be positive")
+        if not self.drafts:
+            raise QuicSettingsError("offer at least one MoQT draft")
+
+    @property
+    def alpns(self) -> list[str]:
+        return [draft.alpn for draft in self.drafts]
 
     @classmethod
     def loopback(cls, **overrides: Any) -> QuicSettings:
@@ -173,7 +180,7 @@ def configuration_factory(
     ) -> Any:
         config = config_class(
             is_client=is_client,
-            alpn_protocols=[settings.alpn],
+            alpn_protocols=settings.alpns,
             max_data=settings.max_data,
             max_stream_data=settings.max_stream_data,
             max_datagram_frame_size=settings.max_datagram_frame_size,

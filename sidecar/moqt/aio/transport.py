@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from sidecar.moqt.aio.quic_backend import QuicBackend, QuicSettings, load_backend, tune_socket
+from sidecar.moqt.protocol.drafts import by_alpn
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import GoawayReceived, MoqtEvent, SessionClosed, SetupCompleted
 from sidecar.moqt.protocol.messages.parameters import authorization_token
@@ -469,6 +470,14 @@ def _moqt_attach(
             elif isinstance(event, handshake_completed):
                 # Only TLS-level events come earlier, and a client may not open its
                 # control stream before the handshake anyway.
+                draft = by_alpn(event.alpn_protocol, settings.drafts)
+                if draft is None:  # a stack that let the handshake finish without one
+                    endpoint.quic.close(
+                        error_code=SessionErrorCode.VERSION_NEGOTIATION_FAILED,
+                        reason_phrase=f"no MoQT draft agreed (ALPN {event.alpn_protocol!r})",
+                    )
+                    endpoint.transmit()
+                    return
                 session = MoqtSession(
                     endpoint.quic,
                     is_client=url is not None,
@@ -476,6 +485,7 @@ def _moqt_attach(
                     authority=url.authority.encode() if url else None,
                     authorization=None if token is None else authorization_token(token.encode()),
                     now=loop.time(),
+                    draft=draft,
                 )
                 keepalive = keepalive_interval(settings.idle_timeout, settings.stall_timeout)
                 connection = MoqtConnection(

@@ -81,6 +81,25 @@ def drafts(numbers: Iterable[int]) -> tuple[Draft, ...]:
     return tuple(sorted(set(chosen), key=lambda draft: -draft.number))
 
 
+def parse_drafts(text: str) -> tuple[Draft, ...]:
+    """A flag's comma-separated draft numbers ("14,16"), newest first; UnknownDraft for a
+    number kvmoq does not speak or a list that names none."""
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UnknownDraft(f"expected draft numbers such as 14,16; got {text!r}") from None
+    if not numbers:
+        raise UnknownDraft("name at least one MoQT draft")
+    return drafts(numbers)
+
+
+DRAFTS_HELP = (
+    "MoQT drafts to speak, comma-separated (default 14: ALPN moq-00). 16 (ALPN moqt-16) is "
+    "partial: its control messages only; its namespace streams and object forms are not "
+    "done, so offer it only to try it"
+)
+
+
 def by_alpn(alpn: str | None, offered: Iterable[Draft]) -> Draft | None:
     """The draft a negotiated ALPN names among `offered` (None: none of them)."""
     return next((draft for draft in offered if draft.alpn == alpn), None)
