@@ -1,4 +1,6 @@
-"""The MoQT draft-14 data plane: subgroup and fetch streams, objects, datagrams.
+"""The MoQT data plane: subgroup and fetch streams, objects, datagrams, as each draft
+writes them (`drafts.Draft`: draft 16 codes extension types as deltas, may leave out a
+publisher priority, serializes FETCH objects with flags, and has no DOES_NOT_EXIST status).
 
 Objects of a subgroup stream only make sense after the stream's header (their ids are
 delta-encoded and whether they carry extensions is in the header type), so a stream is parsed
@@ -7,18 +9,21 @@ then each object as soon as it is complete. It holds at most one incomplete obje
 payload is capped (``max_payload``), and once it knows how long an object is it does not try
 again until that many bytes are there, so a large object costs one copy in and one copy out.
 
-Extension headers are kept as the raw bytes of their key-value pairs: relays must forward them
-untouched, and re-encoding could change a non-minimal varint. They are checked on arrival.
+Extension headers are kept as the raw bytes of their key-value pairs as draft 14 codes them
+(absolute types): within draft 14 relays forward them untouched (re-encoding could change a
+non-minimal varint); a draft that codes types as deltas gets them converted on the way out and
+in. They are checked on arrival.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
+from .drafts import DRAFT_14, Draft
 from .errors import DecodeError, NeedMoreData, ObjectTooLarge
 from .model import ObjectStatus
-from .wire import Buffer, Reader, decode_kvps, encode_bytes, encode_varint
+from .wire import Buffer, Reader, decode_kvps, encode_bytes, encode_kvps, encode_varint
 
 DEFAULT_MAX_OBJECT_PAYLOAD = 64 * 1024 * 1024
 MAX_EXTENSIONS_LENGTH = 65535
@@ -27,10 +32,15 @@ FETCH_HEADER_TYPE = 0x05
 _SUBGROUP_BASE = 0x10
 _SUBGROUP_EXTENSIONS = 0x01
 _SUBGROUP_END_OF_GROUP = 0x08
+_SUBGROUP_DEFAULT_PRIORITY = 0x20
 _DATAGRAM_EXTENSIONS = 0x01
 _DATAGRAM_END_OF_GROUP = 0x02
 _DATAGRAM_NO_OBJECT_ID = 0x04
+_DATAGRAM_DEFAULT_PRIORITY = 0x08
 _STATUS_DATAGRAM = 0x20
+DEFAULT_PUBLISHER_PRIORITY = 128
+"""A track's publisher priority where its objects leave theirs out (draft 16 lets a track
+name another; kvmoq's tracks do not, and it reads none)."""
 
 
 class SubgroupIdMode(IntEnum):
@@ -41,9 +51,11 @@ class SubgroupIdMode(IntEnum):
     EXPLICIT = 2
 
 
-def is_subgroup_type(stream_type: int) -> bool:
-    """0x10-0x15 and 0x18-0x1D; mode 0b11 (0x16/0x17/0x1E/0x1F) is invalid."""
-    return stream_type & ~0x0F == _SUBGROUP_BASE and (stream_type >> 1) & 0x03 != 0x03
+def is_subgroup_type(stream_type: int, draft: Draft = DRAFT_14) -> bool:
+    """0x10-0x15 and 0x18-0x1D (and, where the priority may be left out, 0x30-0x35 and
+    0x38-0x3D); mode 0b11 (0x16/0x17/0x1E/0x1F ...) is invalid."""
+    optional = _SUBGROUP_DEFAULT_PRIORITY if draft.omitted_priority else 0
+    return stream_type & ~(0x0F | optional) == _SUBGROUP_BASE and (stream_type >> 1) & 0x03 != 0x03
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,7 @@ class SubgroupHeader:
 
     @classmethod
     def decode_after_type(cls, stream_type: int, reader: Reader) -> SubgroupHeader:
+        """The header after its type (`is_subgroup_type` checked it for the draft)."""
         mode = SubgroupIdMode((stream_type >> 1) & 0x03)
         track_alias = reader.varint()
         group_id = reader.varint()
@@ -107,11 +120,12 @@ class SubgroupHeader:
             subgroup_id = reader.varint()
         elif mode == SubgroupIdMode.ZERO:
             subgroup_id = 0
+        omitted = stream_type & _SUBGROUP_DEFAULT_PRIORITY
         return cls(
             track_alias,
             group_id,
             subgroup_id,
-            reader.u8(),
+            DEFAULT_PUBLISHER_PRIORITY if omitted else reader.u8(),
             bool(stream_type & _SUBGROUP_EXTENSIONS),
             bool(stream_type & _SUBGROUP_END_OF_GROUP),
             mode,
@@ -145,27 +159,37 @@ class ObjectBody:
         if len(self.extensions) > MAX_EXTENSIONS_LENGTH:
             raise ValueError(f"extensions longer than {MAX_EXTENSIONS_LENGTH} bytes")
 
-    def encode_stream_tail(self, with_extensions: bool) -> bytes:
-        """``[ext_len ext] payload_len [status] payload`` as on subgroup and fetch streams."""
+    def encode_stream_tail(
+        self, with_extensions: bool, draft: Draft = DRAFT_14, with_status: bool = True
+    ) -> bytes:
+        """``[ext_len ext] payload_len [status] payload`` as on subgroup and fetch streams
+        (draft 16's FETCH objects carry no status: `with_status` False)."""
         if self.extensions and not with_extensions:
             raise ValueError("extensions need a stream type that carries them")
-        out = encode_bytes(self.extensions) if with_extensions else b""
+        if self.status not in draft.object_statuses:
+            raise ValueError(f"{draft} has no object status {self.status.name}")
+        out = encode_bytes(_extensions_out(self.extensions, draft)) if with_extensions else b""
         out += encode_varint(len(self.payload))
-        if not self.payload:
+        if not self.payload and with_status:
             out += encode_varint(self.status)
         return out + self.payload
 
     @classmethod
     def decode_stream_tail(
-        cls, reader: Reader, with_extensions: bool, max_payload: int
+        cls,
+        reader: Reader,
+        with_extensions: bool,
+        max_payload: int,
+        draft: Draft = DRAFT_14,
+        with_status: bool = True,
     ) -> ObjectBody:
-        extensions = _read_extensions(reader) if with_extensions else b""
+        extensions = _read_extensions(reader, draft) if with_extensions else b""
         length = reader.varint()
         if length > max_payload:
             raise ObjectTooLarge(f"object payload of {length} bytes exceeds {max_payload}")
-        if length:
+        if length or not with_status:
             return cls(bytes(reader.raw(length)), ObjectStatus.NORMAL, extensions)
-        return _body(b"", _read_status(reader), extensions)
+        return _body(b"", _read_status(reader, draft), extensions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +197,14 @@ class SubgroupObject:
     object_id: int
     body: ObjectBody = ObjectBody()
 
-    def encode(self, header: SubgroupHeader, previous_id: int | None) -> bytes:
+    def encode(
+        self, header: SubgroupHeader, previous_id: int | None, draft: Draft = DRAFT_14
+    ) -> bytes:
         """The object as it follows ``previous_id`` (None for the first) on the stream."""
         delta = self.object_id if previous_id is None else self.object_id - previous_id - 1
         if delta < 0:
             raise ValueError(f"object id {self.object_id} does not follow {previous_id}")
-        return encode_varint(delta) + self.body.encode_stream_tail(header.extensions)
+        return encode_varint(delta) + self.body.encode_stream_tail(header.extensions, draft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,24 +215,114 @@ class FetchObject:
     publisher_priority: int = 128
     body: ObjectBody = ObjectBody()
 
-    def encode(self) -> bytes:
-        return (
-            encode_varint(self.group_id)
-            + encode_varint(self.subgroup_id)
-            + encode_varint(self.object_id)
-            + bytes((self.publisher_priority,))
-            + self.body.encode_stream_tail(with_extensions=True)
-        )
+    def encode(self, previous: FetchObject | None = None, draft: Draft = DRAFT_14) -> bytes:
+        """The object as it follows `previous` (None for the first) on its FETCH stream;
+        draft 14 writes every field, draft 16 what `previous` does not imply."""
+        if not draft.fetch_flags:
+            return (
+                encode_varint(self.group_id)
+                + encode_varint(self.subgroup_id)
+                + encode_varint(self.object_id)
+                + bytes((self.publisher_priority,))
+                + self.body.encode_stream_tail(with_extensions=True)
+            )
+        if self.body.status != ObjectStatus.NORMAL:
+            raise ValueError(f"{draft}'s FETCH objects carry no status")
+        flags, fields = 0, b""
+        same_group = previous is not None and previous.group_id == self.group_id
+        if not same_group:
+            flags |= _FETCH_GROUP
+            fields += encode_varint(self.group_id)
+        prior_subgroup = None if previous is None else previous.subgroup_id
+        if self.subgroup_id == 0:
+            mode = _FETCH_SUBGROUP_ZERO
+        elif prior_subgroup is not None and self.subgroup_id == prior_subgroup:
+            mode = _FETCH_SUBGROUP_PRIOR
+        elif prior_subgroup is not None and self.subgroup_id == prior_subgroup + 1:
+            mode = _FETCH_SUBGROUP_NEXT
+        else:
+            mode = _FETCH_SUBGROUP_FIELD
+        flags |= mode
+        if mode == _FETCH_SUBGROUP_FIELD:
+            fields += encode_varint(self.subgroup_id)
+        if not same_group or self.object_id != previous.object_id + 1:  # type: ignore[union-attr]
+            flags |= _FETCH_OBJECT
+            fields += encode_varint(self.object_id)
+        if previous is None or previous.publisher_priority != self.publisher_priority:
+            flags |= _FETCH_PRIORITY
+            fields += bytes((self.publisher_priority,))
+        if self.body.extensions:
+            flags |= _FETCH_EXTENSIONS
+        tail = self.body.encode_stream_tail(bool(self.body.extensions), draft, with_status=False)
+        return encode_varint(flags) + fields + tail
 
     @classmethod
-    def decode(cls, reader: Reader, max_payload: int) -> FetchObject:
-        return cls(
-            reader.varint(),
-            reader.varint(),
-            reader.varint(),
-            reader.u8(),
-            ObjectBody.decode_stream_tail(reader, True, max_payload),
+    def decode(
+        cls,
+        reader: Reader,
+        max_payload: int,
+        previous: FetchObject | None = None,
+        draft: Draft = DRAFT_14,
+    ) -> FetchObject | FetchRangeEnd:
+        """The next object (or, in draft 16, end-of-range marker) of a FETCH stream."""
+        if not draft.fetch_flags:
+            return cls(
+                reader.varint(),
+                reader.varint(),
+                reader.varint(),
+                reader.u8(),
+                ObjectBody.decode_stream_tail(reader, True, max_payload),
+            )
+        flags = reader.varint()
+        if flags in _FETCH_RANGE_ENDS:
+            return FetchRangeEnd(reader.varint(), reader.varint(), flags == _FETCH_UNKNOWN_RANGE)
+        if flags >= 0x80:
+            raise DecodeError(f"unknown FETCH serialization flags {flags:#x}")
+        if previous is None and not (
+            flags & _FETCH_GROUP and flags & _FETCH_OBJECT and flags & _FETCH_PRIORITY
+        ):
+            raise DecodeError("the first FETCH object leaves out what no object before it says")
+        group = reader.varint() if flags & _FETCH_GROUP else previous.group_id  # type: ignore[union-attr]
+        mode = flags & 0x03
+        if flags & _FETCH_DATAGRAM or mode == _FETCH_SUBGROUP_ZERO:
+            subgroup = 0
+        elif mode == _FETCH_SUBGROUP_FIELD:
+            subgroup = reader.varint()
+        elif previous is None:
+            raise DecodeError("the first FETCH object names its subgroup by the one before")
+        else:
+            subgroup = previous.subgroup_id + (mode == _FETCH_SUBGROUP_NEXT)
+        object_id = reader.varint() if flags & _FETCH_OBJECT else previous.object_id + 1  # type: ignore[union-attr]
+        priority = reader.u8() if flags & _FETCH_PRIORITY else previous.publisher_priority  # type: ignore[union-attr]
+        body = ObjectBody.decode_stream_tail(
+            reader, bool(flags & _FETCH_EXTENSIONS), max_payload, draft, with_status=False
         )
+        return cls(group, subgroup, object_id, priority, body)
+
+
+_FETCH_SUBGROUP_ZERO = 0x00
+_FETCH_SUBGROUP_PRIOR = 0x01
+_FETCH_SUBGROUP_NEXT = 0x02
+_FETCH_SUBGROUP_FIELD = 0x03
+_FETCH_OBJECT = 0x04
+_FETCH_GROUP = 0x08
+_FETCH_PRIORITY = 0x10
+_FETCH_EXTENSIONS = 0x20
+_FETCH_DATAGRAM = 0x40
+_FETCH_NONEXISTENT_RANGE = 0x8C
+_FETCH_UNKNOWN_RANGE = 0x10C
+_FETCH_RANGE_ENDS = (_FETCH_NONEXISTENT_RANGE, _FETCH_UNKNOWN_RANGE)
+"""Draft 16's FETCH serialization flags (below 0x80, bits) and end-of-range markers."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRangeEnd:
+    """Draft 16: no object after the previous one up to (group, object) exists (or, where
+    `unknown`, whether any does is not known). Nothing is delivered for it."""
+
+    group_id: int
+    object_id: int
+    unknown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +340,10 @@ class ObjectDatagram:
         if self.end_of_group and self.body.status != ObjectStatus.NORMAL:
             raise ValueError("status datagrams have no end-of-group flag")
 
-    def encode(self) -> bytes:
+    def encode(self, draft: Draft = DRAFT_14) -> bytes:
         body = self.body
+        if body.status not in draft.object_statuses:
+            raise ValueError(f"{draft} has no object status {body.status.name}")
         is_status = body.status != ObjectStatus.NORMAL
         datagram_type = (_DATAGRAM_EXTENSIONS if body.extensions else 0) | (
             _STATUS_DATAGRAM
@@ -239,30 +357,39 @@ class ObjectDatagram:
             out += encode_varint(self.object_id)
         out += bytes((self.publisher_priority,))
         if body.extensions:
-            out += encode_bytes(body.extensions)
+            out += encode_bytes(_extensions_out(body.extensions, draft))
         return out + (encode_varint(body.status) if is_status else body.payload)
 
 
-def decode_datagram(data: Buffer) -> ObjectDatagram:
+def _datagram_type_known(datagram_type: int, draft: Draft) -> bool:
+    """Draft 14: 0x00-0x07 with a payload, 0x20-0x21 with a status. Draft 16: any of the bits
+    0x2F, save a status with the end-of-group bit."""
+    if not draft.omitted_priority:
+        return datagram_type <= 0x07 or datagram_type in (0x20, 0x21)
+    status = datagram_type & _STATUS_DATAGRAM
+    return datagram_type & ~0x2F == 0 and not (status and datagram_type & _DATAGRAM_END_OF_GROUP)
+
+
+def decode_datagram(data: Buffer, draft: Draft = DRAFT_14) -> ObjectDatagram:
     """Parse a whole OBJECT_DATAGRAM; any shortfall is malformed (a datagram is complete)."""
     reader = Reader(data)
     try:
         datagram_type = reader.varint()
-        is_status = datagram_type & ~_DATAGRAM_EXTENSIONS == _STATUS_DATAGRAM
-        if datagram_type > 0x07 and not is_status:
-            raise DecodeError(f"unknown datagram type {datagram_type:#x}")
+        if not _datagram_type_known(datagram_type, draft):
+            raise DecodeError(f"unknown datagram type {datagram_type:#x} in {draft}")
+        is_status = bool(datagram_type & _STATUS_DATAGRAM)
         track_alias = reader.varint()
         group_id = reader.varint()
-        has_id = is_status or not datagram_type & _DATAGRAM_NO_OBJECT_ID
-        object_id = reader.varint() if has_id else 0
-        priority = reader.u8()
+        object_id = 0 if datagram_type & _DATAGRAM_NO_OBJECT_ID else reader.varint()
+        omitted = datagram_type & _DATAGRAM_DEFAULT_PRIORITY
+        priority = DEFAULT_PUBLISHER_PRIORITY if omitted else reader.u8()
         extensions = b""
         if datagram_type & _DATAGRAM_EXTENSIONS:
-            extensions = _read_extensions(reader)
+            extensions = _read_extensions(reader, draft)
             if not extensions:
                 raise DecodeError("datagram flags extensions but carries none")
         if is_status:
-            body = _body(b"", _read_status(reader), extensions)
+            body = _body(b"", _read_status(reader, draft), extensions)
             if not reader.at_end():
                 raise DecodeError("bytes after a status datagram")
         else:
@@ -273,21 +400,32 @@ def decode_datagram(data: Buffer) -> ObjectDatagram:
     return ObjectDatagram(track_alias, group_id, object_id, priority, body, end_of_group)
 
 
-def _read_extensions(reader: Reader) -> bytes:
+def _read_extensions(reader: Reader, draft: Draft) -> bytes:
+    """Extension bytes, checked, as draft 14 codes them (see the module docstring)."""
     length = reader.varint()
     if length > MAX_EXTENSIONS_LENGTH:
         raise DecodeError(f"extensions of {length} bytes exceed {MAX_EXTENSIONS_LENGTH}")
     raw = bytes(reader.raw(length))
-    decode_kvps(raw)
-    return raw
+    pairs = decode_kvps(raw, draft.delta_types)
+    if not draft.delta_types:
+        return raw
+    absolute = encode_kvps(pairs)
+    if len(absolute) > MAX_EXTENSIONS_LENGTH:
+        raise DecodeError(f"extensions longer than {MAX_EXTENSIONS_LENGTH} bytes as draft 14's")
+    return absolute
 
 
-def _read_status(reader: Reader) -> ObjectStatus:
+def _extensions_out(raw: bytes, draft: Draft) -> bytes:
+    if not raw or not draft.delta_types:
+        return raw
+    return encode_kvps(decode_kvps(raw), delta=True)
+
+
+def _read_status(reader: Reader, draft: Draft) -> ObjectStatus:
     value = reader.varint()
-    try:
-        return ObjectStatus(value)
-    except ValueError:
-        raise DecodeError(f"unknown object status {value:#x}") from None
+    if value not in draft.object_statuses:
+        raise DecodeError(f"unknown object status {value:#x} in {draft}")
+    return ObjectStatus(value)
 
 
 def _body(payload: bytes, status: ObjectStatus, extensions: bytes) -> ObjectBody:
@@ -310,13 +448,17 @@ class DataStreamParser:
     ``max_payload`` raises ``ObjectTooLarge``. After an exception the parser is unusable.
     """
 
-    def __init__(self, max_payload: int = DEFAULT_MAX_OBJECT_PAYLOAD) -> None:
+    def __init__(
+        self, max_payload: int = DEFAULT_MAX_OBJECT_PAYLOAD, draft: Draft = DRAFT_14
+    ) -> None:
         self.max_payload = max_payload
+        self.draft = draft
         self.header: StreamHeader | None = None
         # Resolved subgroup id (FIRST_OBJECT mode learns it from the first object).
         self.subgroup_id: int | None = None
         self.finished = False
         self._previous_id: int | None = None
+        self._previous_fetched: FetchObject | None = None
         self._buffer = bytearray()
         self._need = 0
 
@@ -355,27 +497,42 @@ class DataStreamParser:
             except NeedMoreData as exc:
                 self._need = (exc.needed if exc.needed is not None else end + 1) - pos
                 return pos
-            items.append(item)
+            if item is not None:
+                items.append(item)
             pos = reader.pos
         self._need = 0
         return pos
 
-    def _parse_item(self, reader: Reader) -> StreamItem:
+    def _parse_item(self, reader: Reader) -> StreamItem | None:
+        """The next item; None for what only moves the stream's state (a range's end)."""
         header = self.header
         if isinstance(header, SubgroupHeader):
             delta = reader.varint()
             object_id = delta if self._previous_id is None else self._previous_id + delta + 1
-            body = ObjectBody.decode_stream_tail(reader, header.extensions, self.max_payload)
+            body = ObjectBody.decode_stream_tail(
+                reader, header.extensions, self.max_payload, self.draft
+            )
             if self.subgroup_id is None:
                 self.subgroup_id = object_id
             self._previous_id = object_id
             return SubgroupObject(object_id, body)
         if isinstance(header, FetchHeader):
-            return FetchObject.decode(reader, self.max_payload)
+            previous = self._previous_fetched
+            item = FetchObject.decode(reader, self.max_payload, previous, self.draft)
+            if isinstance(item, FetchRangeEnd):
+                # The next object's ids count from the marker's; its subgroup and priority
+                # from the last object's.
+                last = previous or FetchObject(item.group_id, 0, item.object_id)
+                self._previous_fetched = replace(
+                    last, group_id=item.group_id, object_id=item.object_id
+                )
+                return None
+            self._previous_fetched = item
+            return item
         stream_type = reader.varint()
         if stream_type == FETCH_HEADER_TYPE:
             self.header = FetchHeader(reader.varint())
-        elif is_subgroup_type(stream_type):
+        elif is_subgroup_type(stream_type, self.draft):
             self.header = SubgroupHeader.decode_after_type(stream_type, reader)
             self.subgroup_id = self.header.subgroup_id
         else:

@@ -37,6 +37,16 @@ class Draft:
     """REQUEST_OK and REQUEST_ERROR answer every request that has no reply of its own
     (namespaces, track status, updates) and refuse every request; the error codes of the
     per-family *_ERROR messages are renumbered into one table."""
+    fetch_flags: bool
+    """A FETCH stream's objects start with serialization flags: what repeats the previous
+    object's (group, subgroup, priority, the next object id) is left out, no object carries
+    a status, and end-of-range markers say which objects do not exist."""
+    omitted_priority: bool
+    """A subgroup header (types 0x30-0x3D) or datagram (bit 0x08) may leave out the
+    publisher priority: the track's default (128) then applies."""
+    object_statuses: frozenset[int]
+    """The object statuses an object may carry (draft 16 dropped DOES_NOT_EXIST, 0x1: a
+    missing object is a gap in the ids)."""
 
     def __str__(self) -> str:
         return f"draft-{self.number:02d}"
@@ -49,6 +59,9 @@ DRAFT_14 = Draft(
     delta_types=False,
     request_parameters=False,
     request_replies=False,
+    fetch_flags=False,
+    omitted_priority=False,
+    object_statuses=frozenset({0x0, 0x1, 0x3, 0x4}),
 )
 DRAFT_16 = Draft(
     16,
@@ -57,6 +70,9 @@ DRAFT_16 = Draft(
     delta_types=True,
     request_parameters=True,
     request_replies=True,
+    fetch_flags=True,
+    omitted_priority=True,
+    object_statuses=frozenset({0x0, 0x3, 0x4}),
 )
 
 DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16)}

@@ -25,6 +25,7 @@ from .data import (
     SubgroupObject,
     decode_datagram,
 )
+from .drafts import DRAFT_14, Draft
 from .errors import ObjectTooLarge, ProtocolError, SessionErrorCode, StreamResetCode, UsageError
 from .model import FullTrackName
 from .request_ids import RequestIds
@@ -69,8 +70,10 @@ class Incoming:
         limits: SessionLimits,
         ids: RequestIds,
         emit: Callable[[ev.MoqtEvent], None],
+        draft: Draft = DRAFT_14,
     ) -> None:
         self._quic = quic
+        self._draft = draft
         self._limits = limits
         self._ids = ids
         self._emit = emit
@@ -192,7 +195,7 @@ class Incoming:
             raise ProtocolError(f"data on our own unidirectional stream {stream_id}")
         state = self._streams.get(stream_id)
         if state is None:
-            parser = DataStreamParser(self._limits.max_object_payload)
+            parser = DataStreamParser(self._limits.max_object_payload, self._draft)
             state = self._streams[stream_id] = InStream(parser, since=now)
         state.fin = end_stream
         try:
@@ -235,7 +238,7 @@ class Incoming:
             self._emit(ev.DataStreamReset(stream_id, state.request_id, error_code))
 
     def datagram(self, data: bytes) -> None:
-        datagram = decode_datagram(data)
+        datagram = decode_datagram(data, self._draft)
         track = self._by_alias.get(datagram.track_alias)
         if track is None or track.unsubscribed:
             return  # datagrams may be dropped; an unknown alias is no violation

@@ -6,6 +6,9 @@ The session's data plane, reached as ``MoqtSession.objects``: the control stream
 what may be sent (a track exists from SUBSCRIBE_OK or PUBLISH until PUBLISH_DONE or
 UNSUBSCRIBE; a FETCH stream may open once FETCH_OK went out), and this writes the objects,
 checking that ids rise along a stream and that arguments encode before anything is written.
+Objects are written as the session's draft has them; an object whose status that draft cannot
+say (draft 16 has no DOES_NOT_EXIST, and no status at all on FETCH streams) is left out: a
+missing object is a gap in the ids there, and a FETCH's end says where its objects stop.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .data import (
     SubgroupHeader,
     SubgroupObject,
 )
+from .drafts import DRAFT_14, Draft
 from .errors import StreamResetCode, UsageError
 from .model import FullTrackName, ObjectStatus
 
@@ -52,6 +56,8 @@ class OutStream:
     request_id: int
     header: SubgroupHeader | FetchHeader
     previous_id: int | None = None
+    previous_fetched: FetchObject | None = None
+    """The FETCH stream's last object, which draft 16 writes the next one against."""
 
 
 class Outgoing:
@@ -67,8 +73,10 @@ class Outgoing:
         closed: Callable[[], bool],
         fetch_accepted: Callable[[int], bool],
         fetch_over: Callable[[int], None],
+        draft: Draft = DRAFT_14,
     ) -> None:
         self._quic = quic
+        self._draft = draft
         self._closed = closed
         self._fetch_accepted = fetch_accepted
         self._fetch_over = fetch_over
@@ -159,8 +167,12 @@ class Outgoing:
         stream = self._stream(stream_id, SubgroupHeader)
         with caller_errors():
             body = ObjectBody(payload, status, extensions)
-            data = SubgroupObject(object_id, body).encode(stream.header, stream.previous_id)  # type: ignore[arg-type]
-        stream.previous_id = object_id
+            if status not in self._draft.object_statuses:
+                data = b""  # a gap in the ids says it
+            else:
+                previous = stream.previous_id
+                data = SubgroupObject(object_id, body).encode(stream.header, previous, self._draft)  # type: ignore[arg-type]
+                stream.previous_id = object_id
         self._write(stream_id, data, end_stream)
 
     def open_fetch_stream(self, request_id: int) -> int:
@@ -182,10 +194,15 @@ class Outgoing:
         extensions: bytes = b"",
         end_stream: bool = False,
     ) -> None:
-        self._stream(stream_id, FetchHeader)
+        stream = self._stream(stream_id, FetchHeader)
         with caller_errors():
             body = ObjectBody(payload, status, extensions)
-            data = FetchObject(group_id, subgroup_id, object_id, publisher_priority, body).encode()
+            obj = FetchObject(group_id, subgroup_id, object_id, publisher_priority, body)
+            if self._draft.fetch_flags and status != ObjectStatus.NORMAL:
+                data = b""  # no status on draft 16's FETCH streams
+            else:
+                data = obj.encode(stream.previous_fetched, self._draft)
+                stream.previous_fetched = obj
         self._write(stream_id, data, end_stream)
 
     def end_stream(self, stream_id: int) -> None:
@@ -214,11 +231,13 @@ class Outgoing:
     ) -> None:
         """Send a small object as a QUIC datagram (dropped by QUIC if it does not fit)."""
         track = self.track(request_id)
+        if status not in self._draft.object_statuses:
+            return
         with caller_errors():
             body = ObjectBody(payload, status, extensions)
             data = ObjectDatagram(
                 track.track_alias, group_id, object_id, publisher_priority, body, end_of_group
-            ).encode()
+            ).encode(self._draft)
         self._quic.send_datagram_frame(data)
 
     # ------------------------------------------------------------------------------------

@@ -142,12 +142,13 @@ class MoqtSession:
         self._announced: dict[tuple[bytes, ...], int] = {}  # our PUBLISH_NAMESPACEs
         self._namespace_subscriptions: dict[tuple[bytes, ...], int] = {}  # ours
 
-        self._incoming = Incoming(quic, self.limits, self._ids, self._emit)
+        self._incoming = Incoming(quic, self.limits, self._ids, self._emit, draft)
         self.objects = Outgoing(
             quic,
             closed=lambda: self.closed,
             fetch_accepted=self._fetch_accepted,
             fetch_over=self._finish_peer_request,
+            draft=draft,
         )
         """Objects this session sends: subgroup and FETCH streams, datagrams."""
 

@@ -76,6 +76,8 @@ class SubscribeUpdate(ControlMessage):
         if draft.request_parameters:
             if self.end_group is None:
                 range_ = SubscriptionFilter(FilterType.ABSOLUTE_START, self.start)
+            elif self.end_group < self.start.group:
+                raise ValueError(f"{draft} cannot send a range that ends before it starts")
             else:
                 range_ = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, self.start, self.end_group)
             fields = field_pairs(
