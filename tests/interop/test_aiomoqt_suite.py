@@ -4,6 +4,7 @@ certificate, on the sidecar's Python (3.11: aioquic or qh3) and on the relay's o
 aiopquic), then on each QUIC stack.
 
 Every case aiomoqt runs at draft 14 must pass; the ones it skips are the later drafts'. A relay
+that also speaks draft 16 (`--drafts 16,14`) passes every case aiomoqt runs at either draft. A relay
 on qh3 often fails picoquic clients' handshakes (aiomoqt's QUIC stack is picoquic: "packet
 builder capacity exhausted" in qh3 2.1's transmit, sessions set up in 4.4 s), which is why the
 relay's default leaves qh3 last (`quic_backend.RELAY_PREFERENCE`; docs/reliability.md). It is
@@ -31,9 +32,11 @@ pytestmark = [
     pytest.mark.skipif(not AIOMOQT_PYTHON.exists(), reason=f"needs {AIOMOQT_PYTHON} (setup.sh)"),
 ]
 
-DRAFT = 14
-LATER_DRAFTS = {"rendezvous-timeout", "subscribe-namespace-lifecycle"}
-"""Cases aiomoqt runs only from draft 16 or 18 on: skipped at draft 14, by aiomoqt."""
+LATER_DRAFTS = {
+    14: {"rendezvous-timeout", "subscribe-namespace-lifecycle"},
+    16: {"rendezvous-timeout"},
+}
+"""Per draft, the cases aiomoqt runs only at later drafts (16 or 18), so skips."""
 RELAY_START_S = 60.0
 SUITE_S = 120.0
 
@@ -54,10 +57,10 @@ def kvmoq_relay(python: str | Path, *flags: str) -> Iterator[str]:
         relay.wait(RELAY_START_S)
 
 
-def interop_suite(url: str, *only: str) -> dict[str, str]:
+def interop_suite(url: str, draft: int = 14, *only: str) -> dict[str, str]:
     """Each case's outcome as aiomoqt's TAP output gives it: ok, not ok, or skip."""
     argv = [str(AIOMOQT_PYTHON), "-m", "aiomoqt.tools.moq_interop_client", "-r", url,
-            "--draft", str(DRAFT), "--tls-disable-verify", *(f"--test={t}" for t in only)]  # fmt: skip
+            "--draft", str(draft), "--tls-disable-verify", *(f"--test={t}" for t in only)]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=SUITE_S, check=False)
     outcomes = {}
     for line in result.stdout.splitlines():
@@ -65,14 +68,15 @@ def interop_suite(url: str, *only: str) -> dict[str, str]:
         if found:
             outcomes[found[2]] = "skip" if found[3] else found[1]
     assert outcomes, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f'moqt_version: "moqt-{draft}"' in result.stdout  # what aiomoqt negotiated
     return outcomes
 
 
-def assert_every_case_passes(outcomes: dict[str, str]) -> None:
+def assert_every_case_passes(outcomes: dict[str, str], draft: int = 14) -> None:
     failed = sorted(case for case, outcome in outcomes.items() if outcome == "not ok")
     skipped = {case for case, outcome in outcomes.items() if outcome == "skip"}
-    assert not failed, f"aiomoqt's cases failed: {failed}"
-    assert skipped <= LATER_DRAFTS, skipped - LATER_DRAFTS
+    assert not failed, f"aiomoqt's cases failed at draft {draft}: {failed}"
+    assert skipped <= LATER_DRAFTS[draft], skipped - LATER_DRAFTS[draft]
     assert len(outcomes) - len(skipped) >= 10
 
 
@@ -101,3 +105,22 @@ def test_a_relay_on_aioquic_passes_aiomoqts_suite() -> None:
 def test_a_relay_on_aiopquic_passes_aiomoqts_suite() -> None:
     with kvmoq_relay(RELAY_PYTHON, "--backend", "aiopquic") as url:
         assert_every_case_passes(interop_suite(url))
+
+
+@pytest.mark.parametrize(
+    "python",
+    [
+        pytest.param(sys.executable, id="sidecar-python"),
+        pytest.param(
+            RELAY_PYTHON,
+            id="relay-python",
+            marks=pytest.mark.skipif(not RELAY_PYTHON.exists(), reason="no .venv-relay"),
+        ),
+    ],
+)
+def test_a_relay_that_speaks_draft_16_passes_aiomoqts_suite_at_16_and_14(
+    python: str | Path,
+) -> None:
+    with kvmoq_relay(python, "--drafts", "16,14") as url:
+        for draft in (16, 14):
+            assert_every_case_passes(interop_suite(url, draft), draft)

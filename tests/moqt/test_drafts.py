@@ -40,6 +40,7 @@ from sidecar.moqt.protocol.errors import (
     DecodeError,
     FetchErrorCode,
     NeedMoreData,
+    ProtocolError,
     PublishDoneStatus,
     RequestErrorCode,
     SubscribeErrorCode,
@@ -569,3 +570,78 @@ def test_objects_flow_over_a_draft_16_session(pair: SessionPair) -> None:
     (first,) = (o for o in received if o.source == ev.ObjectSource.SUBGROUP and o.object_id == 0)
     assert first.body.extensions == encode_kvps([(0x3C, 4)])
     assert not client.closed and not server.closed
+
+
+def _namespace_followed(pair: SessionPair, prefix: tuple[bytes, ...]) -> int:
+    client, server = pair.sessions()
+    request_id = client.subscribe_namespace(prefix)
+    pair.pump()
+    (asked,) = of(pair.take("server"), ev.NamespaceSubscribeRequested)
+    assert asked.message.namespace == prefix
+    server.subscribe_namespace_ok(request_id)
+    pair.pump()
+    (accepted,) = of(pair.take("client"), ev.RequestAccepted)
+    assert accepted.message == m.SubscribeNamespaceOk(request_id)
+    return request_id
+
+
+def test_a_namespace_subscription_lives_on_a_stream_of_its_own(pair: SessionPair) -> None:
+    client, server = pair.sessions()
+    _namespace_followed(pair, (b"kv",))
+    server.tell_namespace((b"kv", b"model"))
+    server.tell_namespace((b"other",))  # nobody follows it: PUBLISH_NAMESPACE, a request
+    pair.pump()
+    events = pair.take("client")
+    assert of(events, ev.NamespaceAnnounced) == [ev.NamespaceAnnounced((b"kv", b"model"))]
+    assert [e.message.namespace for e in of(events, ev.NamespacePublished)] == [(b"other",)]
+    server.tell_namespace_done((b"kv", b"model"))
+    pair.pump()
+    assert of(pair.take("client"), ev.NamespacePublishDone) == [
+        ev.NamespacePublishDone((b"kv", b"model"))
+    ]
+    client.unsubscribe_namespace((b"kv",))
+    pair.pump()
+    assert of(pair.take("server"), ev.NamespaceUnsubscribed) == [ev.NamespaceUnsubscribed((b"kv",))]
+    assert not client.closed and not server.closed
+
+
+def test_a_refused_namespace_subscription_closes_its_stream(pair: SessionPair) -> None:
+    client, server = pair.sessions()
+    request_id = client.subscribe_namespace((b"kv",))
+    pair.pump()
+    server.reject(request_id, 0x1, "not yours")
+    pair.pump()
+    (rejected,) = of(pair.take("client"), ev.RequestRejected)
+    assert rejected.message == m.SubscribeNamespaceError(request_id, 0x1, "not yours")
+    assert client.subscribe_namespace((b"kv",)) == request_id + 2  # the prefix is free again
+
+
+def test_requests_on_their_own_streams_may_arrive_out_of_order() -> None:
+    from sidecar.moqt.protocol.request_ids import RequestIds
+
+    ids = RequestIds(is_client=False, window=8, in_order=False)
+    for request_id in (2, 0, 4):
+        ids.accept_peer(request_id)
+    with pytest.raises(ProtocolError, match="was used"):
+        ids.accept_peer(2)
+    with pytest.raises(ProtocolError, match="not the peer's"):
+        ids.accept_peer(5)
+    in_order = RequestIds(is_client=False, window=8)
+    with pytest.raises(ProtocolError, match="expected 0"):
+        in_order.accept_peer(2)
+
+
+def test_draft_16_refuses_subscribe_namespace_on_the_control_stream() -> None:
+    pair = SessionPair(draft=DRAFT_16, server_session=False)
+    pair.pump()
+    client = pair.client
+    assert client is not None
+    control = 0  # the client's first bidirectional stream
+    setup = m.ServerSetup(None, m.SetupParameters(max_request_id=10)).encode(DRAFT_16)
+    pair.server_quic.send_stream_data(control, setup, False)
+    pair.server_quic.send_stream_data(
+        control, m.SubscribeNamespace(1, (b"kv",)).encode(DRAFT_16), False
+    )
+    pair.pump()
+    (closed,) = of(pair.take("client"), ev.SessionClosed)
+    assert "control stream" in closed.reason

@@ -446,7 +446,10 @@ class Session:
     def _on_namespace_published(self, event: ev.NamespacePublished) -> None:
         self.connection.moqt.publish_namespace_ok(event.message.request_id)
         self.connection.transmit()
-        namespace = event.message.namespace
+        self._on_namespace_announced(ev.NamespaceAnnounced(event.message.namespace))
+
+    def _on_namespace_announced(self, event: ev.NamespaceAnnounced) -> None:
+        namespace = event.namespace
         if namespace in self._peer_namespaces:  # already announced (a relay repeats them)
             self._peer_namespaces.move_to_end(namespace)
             return
@@ -490,6 +493,7 @@ class Session:
         ev.NamespacePublishCancelled: _serve,
         ev.PublishRequested: _on_publish_offered,
         ev.NamespacePublished: _on_namespace_published,
+        ev.NamespaceAnnounced: _on_namespace_announced,
         ev.NamespacePublishDone: _on_namespace_done,
     }
 

@@ -138,6 +138,14 @@ class NamespacePublished(MoqtEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceAnnounced(MoqtEvent):
+    """A namespace subscription of ours heard of a namespace (draft 16's NAMESPACE, which,
+    unlike draft 14's PUBLISH_NAMESPACE, is not answered)."""
+
+    namespace: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NamespacePublishDone(MoqtEvent):
     """The peer withdrew a namespace it published."""
 

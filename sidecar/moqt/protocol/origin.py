@@ -43,7 +43,7 @@ from .errors import (
     SubscribeNamespaceErrorCode,
     UsageError,
 )
-from .messages import Fetch, FilterType, PublishOk, Subscribe
+from .messages import Fetch, FilterType, NamespaceOptions, PublishOk, Subscribe
 from .model import FullTrackName, GroupOrder, Location, TrackObject, has_prefix
 from .outbox import EndStream
 from .records import (
@@ -70,22 +70,24 @@ class TooManyPrefixes(Exception):
 
 
 class Followers:
-    """Which peers asked (SUBSCRIBE_NAMESPACE) to hear of which namespace prefixes."""
+    """Which peers asked (SUBSCRIBE_NAMESPACE) to hear of which namespace prefixes, and
+    whether each wants the tracks under it offered (draft 16 lets it ask for namespaces
+    alone; a draft-14 follower always gets both)."""
 
     def __init__(self, max_prefixes_per_peer: int) -> None:
         self.max_prefixes_per_peer = max_prefixes_per_peer
-        self._prefixes: dict[Peer, set[Namespace]] = {}
+        self._prefixes: dict[Peer, dict[Namespace, bool]] = {}
 
-    def add(self, peer: Peer, prefix: Namespace) -> None:
-        prefixes = self._prefixes.setdefault(peer, set())
+    def add(self, peer: Peer, prefix: Namespace, tracks: bool = True) -> None:
+        prefixes = self._prefixes.setdefault(peer, {})
         if prefix not in prefixes and len(prefixes) >= self.max_prefixes_per_peer:
             raise TooManyPrefixes(f"a peer may follow {self.max_prefixes_per_peer} prefixes")
-        prefixes.add(prefix)
+        prefixes[prefix] = tracks
 
     def remove(self, peer: Peer, prefix: Namespace) -> None:
         prefixes = self._prefixes.get(peer)
         if prefixes is not None:
-            prefixes.discard(prefix)
+            prefixes.pop(prefix, None)
             if not prefixes:
                 del self._prefixes[peer]
 
@@ -96,12 +98,16 @@ class Followers:
         """Every prefix some peer follows."""
         return set().union(*self._prefixes.values())
 
-    def of(self, namespace: Namespace) -> list[Peer]:
-        """Peers following a prefix of ``namespace``."""
+    def of(self, namespace: Namespace, tracks: bool = False) -> list[Peer]:
+        """Peers following a prefix of ``namespace`` (where `tracks`: to be offered its
+        tracks)."""
         return [
             peer
             for peer, prefixes in self._prefixes.items()
-            if any(has_prefix(namespace, prefix) for prefix in prefixes)
+            if any(
+                has_prefix(namespace, prefix) and (wants or not tracks)
+                for prefix, wants in prefixes.items()
+            )
         ]
 
 
@@ -196,7 +202,8 @@ class Origin:
 
     def _tell_local(self, peer: Peer, track: Track) -> None:
         self._announce(peer, track.name.namespace)
-        self._offer(peer, track)
+        if peer in self.followers.of(track.name.namespace, tracks=True):
+            self._offer(peer, track)
 
     def write_local(
         self, track: Track, group_id: int, obj: TrackObject, *, end_of_group: bool
@@ -260,8 +267,9 @@ class Origin:
                 message.request_id, SubscribeNamespaceErrorCode.UNAUTHORIZED, "not authorized"
             )
             return
+        tracks = message.options != NamespaceOptions.NAMESPACE
         try:
-            self.followers.add(peer, message.namespace)
+            self.followers.add(peer, message.namespace, tracks)
         except TooManyPrefixes as exc:
             self.serving.session(peer).reject(
                 message.request_id, SubscribeNamespaceErrorCode.INTERNAL_ERROR, str(exc)
@@ -274,7 +282,7 @@ class Origin:
         }
         for namespace in sorted(held):
             self._announce(peer, namespace)
-        for track in list(self.tracks.values()):
+        for track in list(self.tracks.values()) if tracks else ():
             if has_prefix(track.name.namespace, message.namespace):
                 self._offer(peer, track)
         self._following(peer, message.namespace)
@@ -294,7 +302,7 @@ class Origin:
         ):
             return
         try:
-            self.serving.session(peer).publish_namespace(namespace)
+            self.serving.session(peer).tell_namespace(namespace)
         except UsageError as exc:  # the follower gave us no request ids left: it misses this one
             logger.info("moqt origin: cannot announce %r to %s: %s", namespace, peer.name, exc)
             return
@@ -304,7 +312,7 @@ class Origin:
         for peer in self.peers:
             if namespace in peer.announced and not peer.gone:
                 peer.announced.discard(namespace)
-                self.serving.session(peer).publish_namespace_done(namespace)
+                self.serving.session(peer).tell_namespace_done(namespace)
 
     def _offer(self, peer: Peer, track: Track) -> None:
         """PUBLISH a pushed track to a namespace subscriber (draft-14: the recipient of

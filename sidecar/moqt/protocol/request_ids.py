@@ -21,6 +21,10 @@ class RequestIds:
 
     is_client: bool
     window: int
+    in_order: bool = True
+    """Whether the peer's requests arrive in the order of their ids: they do on one control
+    stream (draft 14); where some come on streams of their own (draft 16's namespace
+    subscriptions) one may overtake another, so ids are taken in any order, each once."""
     next_ours: int = field(init=False)
     limit: int = 0
     """Ours must be below this (the peer's SETUP, then its MAX_REQUEST_ID)."""
@@ -30,6 +34,8 @@ class RequestIds:
     _peer_next: int = field(init=False)
     _peer_finished: int = 0
     _blocked_at: int | None = None
+    _peer_ahead: set[int] = field(default_factory=set)
+    """Ids taken past `_peer_next` out of order (below `granted`, so at most a window)."""
 
     def __post_init__(self) -> None:
         self.next_ours = 0 if self.is_client else 1
@@ -69,10 +75,16 @@ class RequestIds:
     # The peer's.
 
     def accept_peer(self, request_id: int) -> None:
-        """The id of a request the peer sent: the next of its side, under our limit."""
-        if request_id != self._peer_next:
+        """The id of a request the peer sent: the next of its side (or, out of order, one
+        of its side not used before), under our limit."""
+        if self.in_order and request_id != self._peer_next:
             raise ProtocolError(
                 f"request id {request_id}, expected {self._peer_next}",
+                SessionErrorCode.INVALID_REQUEST_ID,
+            )
+        if request_id % 2 != self._peer_first % 2 or request_id < self._peer_next:
+            raise ProtocolError(
+                f"request id {request_id} is not the peer's, or was used",
                 SessionErrorCode.INVALID_REQUEST_ID,
             )
         if request_id >= self.granted:
@@ -80,7 +92,14 @@ class RequestIds:
                 f"request id {request_id} at or above the limit {self.granted}",
                 SessionErrorCode.TOO_MANY_REQUESTS,
             )
-        self._peer_next += 2
+        if request_id in self._peer_ahead:
+            raise ProtocolError(
+                f"request id {request_id} used twice", SessionErrorCode.INVALID_REQUEST_ID
+            )
+        self._peer_ahead.add(request_id)
+        while self._peer_next in self._peer_ahead:
+            self._peer_ahead.discard(self._peer_next)
+            self._peer_next += 2
 
     def peer_finished(self) -> int | None:
         """One of the peer's requests is over: the MAX_REQUEST_ID to send now, if any."""

@@ -28,7 +28,6 @@ name, so aioquic and qh3 both work without importing either here.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -64,7 +63,6 @@ from .messages import (
     PublishNamespace,
     PublishNamespaceCancel,
     PublishNamespaceDone,
-    PublishNamespaceOk,
     PublishOk,
     RequestError,
     RequestOk,
@@ -88,21 +86,17 @@ from .messages import (
 from .model import FullTrackName, GroupOrder, Location
 from .outgoing import Outgoing, caller_errors
 from .request_ids import RequestIds
+from .session_namespaces import (
+    NamespaceRequests,
+    NamespaceStreams,
+    pop_if,
+    stream_is_unidirectional,
+)
 
 logger = logging.getLogger(__name__)
 
 
-def _pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request_id: int) -> None:
-    """Forget ``key`` only if it still belongs to ``request_id`` (not to a later request)."""
-    if table.get(key) == request_id:
-        del table[key]
-
-
-def _stream_is_unidirectional(stream_id: int) -> bool:
-    return bool(stream_id & 0x2)
-
-
-class MoqtSession:
+class MoqtSession(NamespaceRequests):
     """One MoQT session (client or server role) on one QUIC connection. See the module doc."""
 
     def __init__(
@@ -134,7 +128,9 @@ class MoqtSession:
         self._control_stream_id: int | None = None
         self._control_buffer = bytearray()
 
-        self._ids = RequestIds(is_client, self.limits.request_window)
+        self._ids = RequestIds(
+            is_client, self.limits.request_window, in_order=not draft.namespace_streams
+        )
 
         self._inbound: dict[int, ControlMessage] = {}  # peer's requests still open
         self._answered: set[int] = set()  # ... of which we have answered
@@ -143,6 +139,7 @@ class MoqtSession:
         self._namespace_subscriptions: dict[tuple[bytes, ...], int] = {}  # ours
 
         self._incoming = Incoming(quic, self.limits, self._ids, self._emit, draft)
+        self._namespace_streams = NamespaceStreams(quic, draft)
         self.objects = Outgoing(
             quic,
             closed=lambda: self.closed,
@@ -315,36 +312,6 @@ class MoqtSession:
             TrackStatus(self._next_id(), track, 128, GroupOrder.ASCENDING, True, filter, parameters)
         )
 
-    def publish_namespace(
-        self, namespace: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS
-    ) -> int:
-        if namespace in self._announced:
-            raise UsageError(f"namespace {namespace!r} already published")
-        request_id = self._request(PublishNamespace(self._next_id(), namespace, parameters))
-        self._announced[namespace] = request_id
-        return request_id
-
-    def publish_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
-        request_id = self._announced.pop(namespace, None)
-        if request_id is None:
-            raise UsageError(f"namespace {namespace!r} is not published")
-        self._send(PublishNamespaceDone(namespace, request_id))
-
-    def subscribe_namespace(
-        self, prefix: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS
-    ) -> int:
-        if prefix in self._namespace_subscriptions:
-            raise UsageError(f"already subscribed to namespace prefix {prefix!r}")
-        request_id = self._request(SubscribeNamespace(self._next_id(), prefix, parameters))
-        self._namespace_subscriptions[prefix] = request_id
-        return request_id
-
-    def unsubscribe_namespace(self, prefix: tuple[bytes, ...]) -> None:
-        request_id = self._namespace_subscriptions.pop(prefix, None)
-        if request_id is None:
-            raise UsageError(f"no namespace subscription {prefix!r}")
-        self._send(UnsubscribeNamespace(prefix))
-
     def goaway(self, new_session_uri: bytes = b"") -> None:
         if self.is_client and new_session_uri:
             raise UsageError("only a server may name a new session URI")
@@ -412,14 +379,6 @@ class MoqtSession:
         self._reply(TrackStatusOk(request_id, 0, expires, group_order, largest, parameters))
         self._finish_peer_request(request_id)
 
-    def publish_namespace_ok(self, request_id: int) -> None:
-        self._answerable(request_id, PublishNamespace)
-        self._reply(PublishNamespaceOk(request_id))
-
-    def subscribe_namespace_ok(self, request_id: int) -> None:
-        self._answerable(request_id, SubscribeNamespace)
-        self._reply(SubscribeNamespaceOk(request_id))
-
     def reject(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Refuse any open request of the peer with the *_ERROR message of its family."""
         request = self._answerable(request_id, ControlMessage)
@@ -435,22 +394,14 @@ class MoqtSession:
         self.objects.drop_track(request_id)
         self._finish_peer_request(request_id)
 
-    def publish_namespace_cancel(
-        self, namespace: tuple[bytes, ...], error_code: int, reason: str = ""
-    ) -> None:
-        """Stop accepting a namespace the peer published."""
-        request_id = self._find_inbound(PublishNamespace, namespace)
-        if request_id is None:
-            raise UsageError(f"the peer has not published {namespace!r}")
-        self._send(PublishNamespaceCancel(namespace, error_code, reason, request_id))
-        self._finish_peer_request(request_id)
-
     # ----------------------------------------------------------------------------------------
     # QUIC events.
 
     def _on_stream_data(self, event: Any) -> None:
         stream_id: int = event.stream_id
-        if not _stream_is_unidirectional(stream_id):
+        if self.draft.namespace_streams and self._namespace_stream(stream_id):
+            self._on_namespace_stream(stream_id, event.data, event.end_stream)
+        elif not stream_is_unidirectional(stream_id):
             self._on_control_data(stream_id, event.data, event.end_stream)
         else:
             self._incoming.stream_data(
@@ -461,6 +412,9 @@ class MoqtSession:
         stream_id: int = event.stream_id
         if stream_id == self._control_stream_id:
             raise ProtocolError("control stream reset")
+        if self._namespace_streams.has(stream_id):
+            self._namespace_stream_over(stream_id)
+            return
         self._incoming.stream_reset(stream_id, event.error_code)
 
     def _on_stop_sending(self, event: Any) -> None:
@@ -628,41 +582,6 @@ class MoqtSession:
         self._inbound[message.request_id] = message
         self._events.append(ev.TrackStatusRequested(message))
 
-    def _on_publish_namespace(self, message: PublishNamespace) -> None:
-        self._inbound[message.request_id] = message
-        self._events.append(ev.NamespacePublished(message))
-
-    def _on_publish_namespace_done(self, message: PublishNamespaceDone) -> None:
-        if message.request_id is None:  # draft 14 names the namespace
-            request_id = self._find_inbound(PublishNamespace, message.namespace)
-        else:
-            request = self._inbound.get(message.request_id)
-            request_id = message.request_id if isinstance(request, PublishNamespace) else None
-        if request_id is not None:
-            namespace = self._inbound[request_id].namespace  # type: ignore[attr-defined]
-            self._finish_peer_request(request_id)
-            self._events.append(ev.NamespacePublishDone(namespace))
-
-    def _on_publish_namespace_cancel(self, message: PublishNamespaceCancel) -> None:
-        namespace = message.namespace
-        if message.request_id is not None:  # draft 16 names the request
-            namespace = next(
-                (ns for ns, rid in self._announced.items() if rid == message.request_id), ()
-            )
-        if self._announced.pop(namespace, None) is not None:
-            message = dataclasses.replace(message, namespace=namespace)
-            self._events.append(ev.NamespacePublishCancelled(message))
-
-    def _on_subscribe_namespace(self, message: SubscribeNamespace) -> None:
-        self._inbound[message.request_id] = message
-        self._events.append(ev.NamespaceSubscribeRequested(message))
-
-    def _on_unsubscribe_namespace(self, message: UnsubscribeNamespace) -> None:
-        request_id = self._find_inbound(SubscribeNamespace, message.namespace)
-        if request_id is not None:
-            self._finish_peer_request(request_id)
-            self._events.append(ev.NamespaceUnsubscribed(message.namespace))
-
     # Replies to our requests.
 
     def _on_request_reply(self, message: RequestOk | RequestError) -> None:
@@ -695,9 +614,9 @@ class MoqtSession:
         elif isinstance(request, Fetch):
             self._incoming.fetch_refused(request_id)
         elif isinstance(request, PublishNamespace):
-            _pop_if(self._announced, request.namespace, request_id)
+            pop_if(self._announced, request.namespace, request_id)
         elif isinstance(request, SubscribeNamespace):
-            _pop_if(self._namespace_subscriptions, request.namespace, request_id)
+            pop_if(self._namespace_subscriptions, request.namespace, request_id)
         self._events.append(ev.RequestRejected(request_id, message))
 
     def _on_publish_done(self, message: PublishDone) -> None:
@@ -730,11 +649,11 @@ class MoqtSession:
         FetchCancel: _on_fetch_cancel,
         Publish: _on_publish,
         TrackStatus: _on_track_status,
-        PublishNamespace: _on_publish_namespace,
-        PublishNamespaceDone: _on_publish_namespace_done,
-        PublishNamespaceCancel: _on_publish_namespace_cancel,
-        SubscribeNamespace: _on_subscribe_namespace,
-        UnsubscribeNamespace: _on_unsubscribe_namespace,
+        PublishNamespace: NamespaceRequests._on_publish_namespace,
+        PublishNamespaceDone: NamespaceRequests._on_publish_namespace_done,
+        PublishNamespaceCancel: NamespaceRequests._on_publish_namespace_cancel,
+        SubscribeNamespace: NamespaceRequests._on_subscribe_namespace,
+        UnsubscribeNamespace: NamespaceRequests._on_unsubscribe_namespace,
         **dict.fromkeys(REQUEST_OF_OK, _on_ok),
         **dict.fromkeys(REQUEST_OF_ERROR, _on_error),
         RequestOk: _on_request_reply,
@@ -802,7 +721,16 @@ class MoqtSession:
         return request
 
     def _reply(self, message: Any) -> None:
-        self._send(message)
+        """Answer on the request's own stream where it has one (draft 16's namespace
+        subscriptions: a refusal closes it), else on the control stream."""
+        stream = self._namespace_streams.of(message.request_id)
+        if stream is None:
+            self._send(message)
+        else:
+            with caller_errors():
+                refused = not isinstance(message, SubscribeNamespaceOk)
+                self._namespace_streams.send(stream, message, end=refused)
+            stream.answered = True
         self._answered.add(message.request_id)
 
     def _take_reply(
@@ -813,12 +741,6 @@ class MoqtSession:
             raise ProtocolError(f"{type(message).__name__} answers no open request")
         del self._outbound[message.request_id]
         return request
-
-    def _find_inbound(self, request_type: type[Any], namespace: tuple[bytes, ...]) -> int | None:
-        for request_id, request in self._inbound.items():
-            if isinstance(request, request_type) and request.namespace == namespace:
-                return request_id
-        return None
 
     def _fail(self, code: int, reason: str) -> None:
         logger.info("moqt session closing: %s (%#x)", reason, code)

@@ -210,6 +210,16 @@ class Relay(Origin):
             return
         self.serving.session(peer).publish_namespace_ok(message.request_id)
 
+    def _on_namespace_announced(self, peer: Peer, event: ev.NamespaceAnnounced) -> None:
+        """The upstream relay (draft 16) told us of a namespace: no answer, no refusal."""
+        if not peer.access.may_publish(event.namespace):
+            logger.warning("relay: %s may not publish %r", peer.name, event.namespace)
+            return
+        try:
+            self._publish_namespace(peer, event.namespace)
+        except RoutingLimitExceeded as exc:
+            logger.warning("relay: %r not routed: %s", event.namespace, exc)
+
     def _publish_namespace(self, peer: Peer, namespace: Namespace) -> None:
         """Route ``namespace`` to ``peer``; followers hear of it if it is new."""
         if self.namespaces.add_publisher(namespace, peer):
@@ -354,7 +364,7 @@ class Relay(Origin):
             self._publish_namespace(peer, message.track.namespace)  # PUBLISH implies it
         except RoutingLimitExceeded as exc:  # the track itself is still relayed
             logger.info("relay: %s: %s", message.track, exc)
-        for follower in self.followers.of(message.track.namespace):
+        for follower in self.followers.of(message.track.namespace, tracks=True):
             self._offer(follower, track)
         if self.upstream is not None:  # an edge pushes it on: the root offers it to others
             self._offer(self.upstream, track)
@@ -492,6 +502,7 @@ class Relay(Origin):
         **Origin._HANDLERS,
         ev.SetupCompleted: "_on_setup",
         ev.NamespacePublished: "_on_namespace_published",
+        ev.NamespaceAnnounced: "_on_namespace_announced",
         ev.NamespacePublishDone: "_on_namespace_done",
         ev.PublishRequested: "_on_publish",
         ev.SubscriptionEnded: "_on_publish_ended",
