@@ -152,7 +152,8 @@ class RelayLink:
         for namespace in sorted(self.publisher.namespaces):
             await self.announce(namespace)
         self._sessions += 1
-        log.info("relay_connected", url=self.url, session=self._sessions)
+        draft = session.connection.moqt.draft
+        log.info("relay_connected", url=self.url, session=self._sessions, draft=draft.number)
         await self._changed(True, self._sessions > 1)
         connection = session.connection
         await asyncio.wait(

@@ -19,7 +19,7 @@ from sidecar.models.kv_store import PromptKV
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.transfer.adapt import DEFAULT_PRIOR_BYTES_PER_SECOND
 from sidecar.transfer.track_quality import DEFAULT_MAX_KL, MEASURED
-from tests.support.relay import DEFAULTS, RelayProcess
+from tests.support.relay import DEFAULTS, RelayProcess, running_relay
 from tests.support.sidecar import (
     CHUNK,
     LAYOUT,
@@ -33,6 +33,38 @@ from tests.support.sidecar import (
     spans,
     synthetic_kv,
 )
+
+
+@pytest.mark.slow
+def test_a_draft_14_sidecar_publishes_and_a_draft_16_one_loads_through_one_relay(
+    cert: CertificatePaths,
+) -> None:
+    """One relay (as users run it, speaking both drafts) carries the KV between sessions of
+    two drafts; every element loaded is the one published."""
+    prompt = list(range(2000, 2050))
+    kv = synthetic_kv(LAYOUT, len(prompt))
+    flags = ("--chunk-size", str(CHUNK))
+    with (
+        running_relay(cert, "--drafts", "16,14", backend=DEFAULTS) as relay,
+        shm_directory() as shm,
+        running_sidecar(relay.url, cert, *flags, "--drafts", "14", datagram_size=None) as old,
+        running_sidecar(relay.url, cert, *flags, "--drafts", "16,14", datagram_size=None) as new,
+    ):
+        old.wait_ready()
+        new.wait_ready()
+        assert old.wait_log("relay_connected")["draft"] == 14
+        assert new.wait_log("relay_connected")["draft"] == 16
+        published = publish_whole(old, MODEL, LAYOUT, kv, prompt, shm, ["fp16"], "fp16")
+        destination = ContiguousKV(LAYOUT, max_tokens=len(prompt), directory=shm)
+        set_id = new.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id
+        found = new.stub.Lookup(pb.LookupRequest(buffer_set_id=set_id, token_ids=prompt))
+        assert (found.prompt_id, found.available_tokens) == (published.prompt_id, len(prompt))
+        every_token = pb.KVLocation(token_range=pb.TokenRange(start=0, end=len(prompt)))
+        request = pb.LoadRequest(buffer_set_id=set_id, token_ids=prompt, destination=every_token)
+        _, finished = load(new.stub, request, timeout=60)
+        assert finished.stop_reason == pb.STOP_REASON_COMPLETE
+        assert spans(finished.loaded) == [(0, len(prompt))]
+        assert torch.equal(destination.get(0, len(prompt)), kv)  # fp16 on float16: lossless
 
 
 @pytest.mark.slow
