@@ -3,6 +3,7 @@ parameters and the token a relay takes from them."""
 
 from __future__ import annotations
 
+import contextlib
 from functools import cache
 
 import jwt
@@ -12,6 +13,8 @@ from sidecar.jwk import generate
 from sidecar.moqt.protocol import messages as m
 from sidecar.moqt.protocol.data import (
     DataStreamParser,
+    FetchHeader,
+    FetchObject,
     ObjectBody,
     ObjectDatagram,
     SubgroupHeader,
@@ -28,28 +31,34 @@ from sidecar.moqt.relay.auth import AuthError, Authorizer, sign
 
 def control_stream(data: bytes) -> None:
     """Control messages back to back, arriving in pieces (session.py's loop), as every
-    draft reads them."""
+    draft reads them (a draft that refuses the bytes leaves the next one to try)."""
     for draft in DRAFTS.values():
         buffer = bytearray()
-        for piece in pieces(data):
-            buffer += piece
-            while buffer:
-                try:
-                    _, used = decode_control(bytes(buffer), draft)
-                except NeedMoreData:
-                    break
-                del buffer[:used]
+        with contextlib.suppress(ProtocolError):
+            for piece in pieces(data):
+                buffer += piece
+                while buffer:
+                    try:
+                        _, used = decode_control(bytes(buffer), draft)
+                    except NeedMoreData:
+                        break
+                    del buffer[:used]
 
 
 def data_stream(data: bytes) -> None:
-    parser = DataStreamParser(max_payload=1 << 16)
+    """One data stream arriving in pieces, as every draft reads it."""
     cut = pieces(data)
-    for index, piece in enumerate(cut):
-        parser.feed(piece, end_stream=index == len(cut) - 1)
+    for draft in DRAFTS.values():
+        parser = DataStreamParser(max_payload=1 << 16, draft=draft)
+        with contextlib.suppress(ProtocolError):
+            for index, piece in enumerate(cut):
+                parser.feed(piece, end_stream=index == len(cut) - 1)
 
 
 def datagram(data: bytes) -> None:
-    decode_datagram(data)
+    for draft in DRAFTS.values():
+        with contextlib.suppress(ProtocolError):
+            decode_datagram(data, draft)
 
 
 def setup_parameters(data: bytes) -> None:
@@ -90,7 +99,11 @@ def _stream_seeds() -> list[bytes]:
     stream = header.encode() + b"".join(
         o.encode(header, i - 1 if i else None) for i, o in enumerate(objects)
     )
-    return [b"\x07" + stream, b"\x00" + stream]
+    fetched = [FetchObject(2, 0, i, body=ObjectBody(bytes([i]) * 40)) for i in range(3)]
+    fetch_16 = FetchHeader(4).encode() + b"".join(
+        o.encode(fetched[i - 1] if i else None, DRAFT_16) for i, o in enumerate(fetched)
+    )
+    return [b"\x07" + stream, b"\x00" + stream, b"\x03" + fetch_16]
 
 
 def _datagram_seeds() -> list[bytes]:
