@@ -8,6 +8,7 @@ checked field by field against draft-ietf-moq-transport-16's text.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -645,3 +646,10 @@ def test_draft_16_refuses_subscribe_namespace_on_the_control_stream() -> None:
     pair.pump()
     (closed,) = of(pair.take("client"), ev.SessionClosed)
     assert "control stream" in closed.reason
+
+
+def test_the_documented_catalog_subscribe_is_what_draft_16_sends() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "wire-format.md").read_text()
+    block = docs.split("as `tests/moqt/test_drafts.py`\nasserts it:\n\n```\n")[1].split("```")[0]
+    catalog = FullTrackName((b"kvcache.moq.arpa/v1", b"m", b"a1b2"), b"catalog")
+    assert m.Subscribe(0, catalog).encode(DRAFT_16) == bytes.fromhex(block.replace("\n", " "))
