@@ -54,6 +54,7 @@ from sidecar.moqt.aio.quic_backend import (
     load_backend,
 )
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
+from sidecar.moqt.protocol.drafts import DRAFT_14, DRAFTS
 from sidecar.moqt.protocol.model import FullTrackName
 
 CHUNK = 64 * 1024
@@ -114,6 +115,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="QUIC stack to measure (repeatable; default: every one an interpreter here has)",
     )
     parser.add_argument(
+        "--draft",
+        type=int,
+        choices=sorted(DRAFTS),
+        default=DRAFT_14.number,
+        help="MoQT draft the sessions speak (default 14); bare QUIC and TLS are the same",
+    )
+    parser.add_argument(
         "--plot",
         metavar="FILE",
         help="also draw MoQT goodput per stack and datagram size against TLS/TCP (PNG)",
@@ -140,6 +148,7 @@ class Job:
     relay_backend: str | None = None
     """The relay's stack, where it differs from the endpoints'."""
     relay_url: str | None = None  # filled in by the harness once the relay listens
+    draft: int = DRAFT_14.number
 
     @property
     def stack(self) -> str | None:
@@ -153,6 +162,7 @@ class Job:
             backend=self.stack,  # type: ignore[arg-type]
             max_datagram_size=self.datagram_size,
             ca_file=self.cert.cert,
+            drafts=(DRAFTS[self.draft],),
         )
 
     def to_json(self) -> str:
@@ -166,6 +176,7 @@ class Job:
             "via_relay": self.via_relay,
             "relay_backend": self.relay_backend,
             "relay_url": self.relay_url,
+            "draft": self.draft,
         }
         return json.dumps(fields)
 
@@ -575,6 +586,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="kvmoq-bench-") as tmp:
         cert = write_certificate(Path(tmp))
         tls = mbps(best(Job("tls_tcp", total, cert)))
+        print(f"MoQT draft {args.draft}")
         print(f"TLS over TCP (asyncio streams): {_cell(tls, 8, 1)} MB/s")
         print(
             f"{'stack':22} {'datagram':>8} {'bare QUIC':>10} {'MoQT':>8} {'via relay':>10}"
@@ -582,7 +594,7 @@ def run(args: argparse.Namespace) -> int:
         )
         for line in table_rows(backends):
             for size in line.sizes:
-                quic_job = Job("quic", total, cert, line.backend, size)
+                quic_job = Job("quic", total, cert, line.backend, size, draft=args.draft)
                 bare = mbps(best(quic_job))
                 direct = mbps(best(replace(quic_job, kind="moqt")))
                 relay_job = replace(
@@ -619,6 +631,7 @@ def run(args: argparse.Namespace) -> int:
         verdict = "met" if goal["met"] else "NOT met"
         print(f"goal {where} {name} >= {goal['goal']}: {value}: {verdict}")
     report = {
+        "draft": args.draft,
         "tls_tcp_mbps": tls,
         "rows": rows,
         "goals_met": bool(goals) and all(goal["met"] for _, _, goal in goals),
