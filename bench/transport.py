@@ -54,7 +54,7 @@ from sidecar.moqt.aio.quic_backend import (
     load_backend,
 )
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
-from sidecar.moqt.protocol.drafts import DRAFT_14, DRAFTS
+from sidecar.moqt.protocol.drafts import DRAFTS, SPOKEN
 from sidecar.moqt.protocol.model import FullTrackName
 
 CHUNK = 64 * 1024
@@ -118,8 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--draft",
         type=int,
         choices=sorted(DRAFTS),
-        default=DRAFT_14.number,
-        help="MoQT draft the sessions speak (default 14); bare QUIC and TLS are the same",
+        default=SPOKEN[0].number,
+        help=f"MoQT draft the sessions speak (default {SPOKEN[0].number}, the newest kvmoq "
+        "offers); bare QUIC and TLS are the same",
     )
     parser.add_argument(
         "--plot",
@@ -148,7 +149,7 @@ class Job:
     relay_backend: str | None = None
     """The relay's stack, where it differs from the endpoints'."""
     relay_url: str | None = None  # filled in by the harness once the relay listens
-    draft: int = DRAFT_14.number
+    draft: int = SPOKEN[0].number
 
     @property
     def stack(self) -> str | None:

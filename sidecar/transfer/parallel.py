@@ -156,7 +156,7 @@ class LoadWorkers:
     async def __aenter__(self) -> LoadWorkers:
         argv = [
             *(sys.executable, "-m", __name__, "--url", self.url),
-            *("--settings", json.dumps(_settings_json(self.settings))),
+            *("--settings", json.dumps(self.settings.to_json())),
             *("--chunk-size", str(self.chunk_size)),
             *(f"--shm-root={root}" for root in self.shm_roots),
         ]
@@ -267,16 +267,6 @@ def shared_destination(
         os.unlink(name)
 
 
-def _settings_json(settings: QuicSettings) -> dict[str, Any]:
-    fields = dataclasses.asdict(settings)
-    return {k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}
-
-
-def _settings_from_json(fields: dict[str, Any]) -> QuicSettings:
-    ca_file = fields.pop("ca_file")
-    return QuicSettings(**fields, ca_file=None if ca_file is None else Path(ca_file))
-
-
 def _result_json(result: LoadResult) -> dict[str, Any]:
     return {
         "prompt": None if result.prompt is None else dataclasses.asdict(result.prompt),
@@ -311,7 +301,7 @@ def _result_from_json(raw: dict[str, Any]) -> LoadResult:
 
 async def _serve(args: argparse.Namespace) -> None:
     """A worker: one session, then one share per request line on stdin until EOF."""
-    settings = _settings_from_json(json.loads(args.settings))
+    settings = QuicSettings.from_json(json.loads(args.settings))
     mapped: dict[SharedMemoryHandle, torch.Tensor] = {}
     """Destinations stay mapped, as a sidecar's registered buffers do: a load writes into
     pages this process has already faulted in."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.interop.conftest import StartPeer
-from tests.interop.harness import PROGRAMS, Program
+from tests.interop.harness import KVMOQ_RELAY_DRAFT, PROGRAMS, Program
 from tests.interop.scenario import TrackSpec, discovery_chain, received, relay_chain
 from tests.support.relay import RELAY_PYTHON
 
@@ -51,8 +51,8 @@ def test_objects_cross_the_kvmoq_relay_intact(
     _, publisher, subscriber = relay_chain(start_peer, pub, relay, sub, spec)
     subscriber.expect_success(timeout=spec.timeout + 10)
     assert received(subscriber) == spec.expected()
-    assert str(publisher.version).startswith("moq-transport-14")
-    assert str(subscriber.version).startswith("moq-transport-14")
+    assert str(publisher.version).startswith(KVMOQ_RELAY_DRAFT[pub])
+    assert str(subscriber.version).startswith(KVMOQ_RELAY_DRAFT[sub])
 
 
 @pytest.mark.interop

@@ -33,6 +33,7 @@ import pytest
 
 from tests.interop import test_kvmoq_relay  # noqa: F401  (registers the kvmoq relay peer)
 from tests.interop.conftest import StartPeer
+from tests.interop.harness import KVMOQ_RELAY_DRAFT
 from tests.interop.scenario import TrackSpec, received, relay_chain
 
 SPEC = TrackSpec(namespace="kvtest/kvmoq-moqrs-fetch", objects=2, sizes=[100, 20_000], timeout=15.0)
@@ -45,7 +46,7 @@ def _fetch_through_the_relay(start_peer: StartPeer, publisher_kind: str, groups:
     fetch = start_peer("moqrs", "fetch", url=relay.url, **fetched.params())
     fetch.expect_success(timeout=SPEC.timeout + 10)
     assert received(fetch) == fetched.expected()
-    assert str(fetch.version).startswith("moq-transport-14")
+    assert str(fetch.version).startswith(KVMOQ_RELAY_DRAFT["moqrs"])
 
 
 @pytest.mark.interop

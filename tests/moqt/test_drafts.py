@@ -126,7 +126,7 @@ def test_a_refusal_is_a_request_error_with_draft_16s_code() -> None:
 @pytest.mark.parametrize(
     ("ours", "theirs"),
     [
-        (FetchErrorCode.NO_OBJECTS, RequestErrorCode.DOES_NOT_EXIST),
+        (FetchErrorCode.NO_OBJECTS, RequestErrorCode.INVALID_RANGE),
         (FetchErrorCode.INVALID_JOINING_REQUEST_ID, RequestErrorCode.INVALID_JOINING_REQUEST_ID),
         (FetchErrorCode.MALFORMED_AUTH_TOKEN, RequestErrorCode.MALFORMED_AUTH_TOKEN),
         (FetchErrorCode.TIMEOUT, RequestErrorCode.TIMEOUT),

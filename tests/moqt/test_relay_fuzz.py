@@ -9,18 +9,19 @@ the whole run on a loop of their own, keep exchanging objects and the cache stay
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from sidecar.moqt.aio import transport
 from sidecar.moqt.aio.tls import CertificatePaths
-from sidecar.moqt.protocol.data import FetchHeader
-from sidecar.moqt.protocol.drafts import DRAFT_14_VERSION
+from sidecar.moqt.protocol.data import FETCH_HEADER_TYPE, FetchHeader, is_subgroup_type
+from sidecar.moqt.protocol.drafts import DRAFTS, Draft
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import DataStreamEnded, RequestAccepted, SubscribeRequested
 from sidecar.moqt.protocol.messages import ClientSetup, SetupParameters, StandaloneFetch
@@ -44,7 +45,6 @@ from tests.support.relay import (
 
 T = TypeVar("T")
 CASE_TIMEOUT_S = 15.0
-VALID_STREAM_TYPES = {0x05, *range(0x10, 0x16), *range(0x18, 0x1E)}
 # Codes a peer's garbage can legitimately earn; INTERNAL_ERROR would mean a relay bug.
 PEER_FAULTS = set(SessionErrorCode) - {SessionErrorCode.NO_ERROR, SessionErrorCode.INTERNAL_ERROR}
 
@@ -73,10 +73,15 @@ def loop() -> Iterator[LoopThread]:
 
 
 async def hostile_session(
-    relay: RelayProcess, cert: CertificatePaths, unidirectional: bool, data: bytes, fin: bool
+    relay: RelayProcess,
+    cert: CertificatePaths,
+    draft: Draft,
+    unidirectional: bool,
+    data: bytes,
+    fin: bool,
 ) -> int:
-    """Set up a session by hand, send ``data`` on the control stream or a new uni stream,
-    and return the error code the relay closes the connection with."""
+    """Set up a session of `draft` by hand, send ``data`` on the control stream or a new uni
+    stream, and return the error code the relay closes the connection with."""
     closed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     setup_answered = asyncio.Event()
 
@@ -91,10 +96,12 @@ async def hostile_session(
         return on_event
 
     port = int(relay.url.rsplit(":", 1)[1])
-    async with transport.open_connection(HOST, port, relay.settings, attach) as endpoint:
+    settings = dataclasses.replace(relay.settings, drafts=(draft,))
+    async with transport.open_connection(HOST, port, settings, attach) as endpoint:
         quic = endpoint.quic
-        setup = ClientSetup((DRAFT_14_VERSION,), SetupParameters(path=b"/", max_request_id=10))
-        quic.send_stream_data(quic.get_next_available_stream_id(False), setup.encode())
+        versions = () if draft.setup_version is None else (draft.setup_version,)
+        setup = ClientSetup(versions, SetupParameters(path=b"/", max_request_id=10))
+        quic.send_stream_data(quic.get_next_available_stream_id(False), setup.encode(draft))
         endpoint.transmit()
         await asyncio.wait_for(setup_answered.wait(), CASE_TIMEOUT_S)
         stream_id = quic.get_next_available_stream_id(True) if unidirectional else 0
@@ -104,9 +111,12 @@ async def hostile_session(
 
 
 @st.composite
-def lying_lengths(draw: st.DrawFn) -> bytes:
+def lying_lengths(draw: st.DrawFn, draft: Draft) -> bytes:
     """A valid control message whose length field claims fewer bytes than its fields need."""
-    encoded = draw(strategies.messages).encode()
+    try:
+        encoded = draw(strategies.messages_of(draft)).encode(draft)
+    except ValueError:  # what this draft cannot say (a range that ends before it starts)
+        reject()
     reader = Reader(encoded)
     reader.varint()
     head = encoded[: reader.pos]
@@ -116,19 +126,23 @@ def lying_lengths(draw: st.DrawFn) -> bytes:
 
 
 @st.composite
-def bad_stream_types(draw: st.DrawFn) -> bytes:
-    stream_type = draw(st.integers(0, 0x3F).filter(lambda t: t not in VALID_STREAM_TYPES))
-    return encode_varint(stream_type) + draw(st.binary(max_size=40))
+def bad_stream_types(draw: st.DrawFn, draft: Draft) -> bytes:
+    known = st.integers(0, 0x3F).filter(
+        lambda t: t != FETCH_HEADER_TYPE and not is_subgroup_type(t, draft)
+    )
+    return encode_varint(draw(known)) + draw(st.binary(max_size=40))
 
 
 @st.composite
-def truncated_subgroups(draw: st.DrawFn) -> bytes:
+def truncated_subgroups(draw: st.DrawFn, draft: Draft) -> bytes:
     """A subgroup stream whose last object promises more payload than comes before FIN."""
     header, objects = draw(strategies.subgroup_streams())
     data = header.encode()
     previous: int | None = None
     for obj in objects:
-        data += obj.encode(header, previous)
+        if obj.body.status not in draft.object_statuses:
+            continue
+        data += obj.encode(header, previous, draft)
         previous = obj.object_id
     promised = draw(st.integers(1, 5000))
     given = draw(st.binary(max_size=promised - 1))
@@ -145,42 +159,50 @@ class TestHostileInput:
     def test_bad_sessions_close_alone(
         self, module_relay: RelayProcess, cert: CertificatePaths, loop: LoopThread
     ) -> None:
+        """Every draft's hostile sessions against one relay that speaks every draft; its
+        other sessions carry on."""
         bystanders = loop.run(_start_bystanders(module_relay, cert))
-
-        def check(unidirectional: bool, data: bytes, fin: bool, codes: set[int]) -> None:
-            code = loop.run(hostile_session(module_relay, cert, unidirectional, data, fin))
-            assert code in codes, f"closed with {code:#x}"
-
-        violation = {SessionErrorCode.PROTOCOL_VIOLATION}
-
-        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(st.binary(max_size=300))
-        def garbage_then_fin(data: bytes) -> None:
-            check(False, data, True, PEER_FAULTS)
-
-        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(lying_lengths())
-        def control_lengths(data: bytes) -> None:
-            check(False, data, False, violation)
-
-        @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(bad_stream_types())
-        def stream_types(data: bytes) -> None:
-            check(True, data, False, violation)
-
-        @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(truncated_subgroups())
-        def subgroups(data: bytes) -> None:
-            check(True, data, True, violation)
-
-        @settings(max_examples=5, deadline=None)
-        @given(st.integers(0, 2**30))
-        def unknown_fetches(request_id: int) -> None:
-            check(True, _fetch_header(request_id), False, violation)
-
-        for case in (garbage_then_fin, control_lengths, stream_types, subgroups, unknown_fetches):
-            case()
+        for draft in DRAFTS.values():
+            for case in _hostile_cases(module_relay, cert, loop, draft):
+                case()
         loop.run(_bystanders_still_work(bystanders, module_relay, cert))
+
+
+def _hostile_cases(
+    relay: RelayProcess, cert: CertificatePaths, loop: LoopThread, draft: Draft
+) -> list[Callable[[], None]]:
+    def check(unidirectional: bool, data: bytes, fin: bool, codes: set[int]) -> None:
+        code = loop.run(hostile_session(relay, cert, draft, unidirectional, data, fin))
+        assert code in codes, f"{draft}: closed with {code:#x}"
+
+    violation = {SessionErrorCode.PROTOCOL_VIOLATION}
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.binary(max_size=300))
+    def garbage_then_fin(data: bytes) -> None:
+        check(False, data, True, PEER_FAULTS)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(lying_lengths(draft))
+    def control_lengths(data: bytes) -> None:
+        check(False, data, False, violation)
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(bad_stream_types(draft))
+    def stream_types(data: bytes) -> None:
+        check(True, data, False, violation)
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(truncated_subgroups(draft))
+    def subgroups(data: bytes) -> None:
+        check(True, data, True, violation)
+
+    @settings(max_examples=5, deadline=None)
+    @given(st.integers(0, 2**30))
+    def unknown_fetches(request_id: int) -> None:
+        check(True, _fetch_header(request_id), False, violation)
+
+    return [garbage_then_fin, control_lengths, stream_types, subgroups, unknown_fetches]
 
 
 class Bystanders:

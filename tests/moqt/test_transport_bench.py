@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.demo.children import python_with
+from sidecar.moqt.protocol.drafts import SPOKEN
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,7 +29,8 @@ def test_bench_writes_every_figure(tmp_path: Path) -> None:
     result = run_bench("--mbytes", "4", "--backend", "aioquic", "--json", str(out))
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
-    assert set(report) == {"tls_tcp_mbps", "rows", "goals_met", "stalled"}
+    assert set(report) == {"draft", "tls_tcp_mbps", "rows", "goals_met", "stalled"}
+    assert report["draft"] == SPOKEN[0].number
     tls = report["tls_tcp_mbps"]
     assert tls > 0 and report["stalled"] == []
     assert set(report["rows"]) == {"aioquic"}

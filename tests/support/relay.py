@@ -31,6 +31,8 @@ from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.protocol.events import (
     DataStreamEnded,
     MoqtEvent,
+    NamespaceAnnounced,
+    NamespacePublished,
     ObjectReceived,
     RequestAccepted,
     SubscribeRequested,
@@ -214,6 +216,15 @@ class Client:
 
     def objects(self, request_id: int) -> list[ObjectReceived]:
         return self.of(ObjectReceived, lambda e: e.request_id == request_id)
+
+    def heard(self) -> list[tuple[bytes, ...]]:
+        """The namespaces a namespace subscription of this session heard of, as each draft
+        says it: PUBLISH_NAMESPACE (14) or NAMESPACE (16)."""
+        published = [e.message.namespace for e in self.of(NamespacePublished)]
+        return published + [e.namespace for e in self.of(NamespaceAnnounced)]
+
+    async def hears(self, namespace: tuple[bytes, ...]) -> None:
+        await self.until(lambda: namespace in self.heard(), f"hearing of {namespace!r}")
 
 
 UPSTREAM_TIMEOUT_S = 2.0  # how soon an edge notices an upstream that died without a word

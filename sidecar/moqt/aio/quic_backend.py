@@ -15,6 +15,7 @@ at 10-20 MB/s.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import socket
@@ -26,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from sidecar.moqt.protocol.drafts import SPOKEN, Draft
+from sidecar.moqt.protocol.drafts import SPOKEN, Draft, drafts
 
 BackendName = Literal["aioquic", "qh3", "aiopquic"]
 BACKENDS: tuple[BackendName, ...] = ("aioquic", "qh3", "aiopquic")
@@ -129,6 +130,25 @@ class QuicSettings:
     @property
     def alpns(self) -> list[str]:
         return [draft.alpn for draft in self.drafts]
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as JSON values, for a process of ours to rebuild (`from_json`):
+        drafts by number, paths as text."""
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        fields["drafts"] = [draft.number for draft in self.drafts]
+        fields["ca_file"] = None if self.ca_file is None else str(self.ca_file)
+        return fields
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> QuicSettings:
+        ca_file = fields.get("ca_file")
+        return cls(
+            **{
+                **fields,
+                "drafts": drafts(fields.get("drafts", ())),
+                "ca_file": None if ca_file is None else Path(ca_file),
+            }
+        )
 
     @classmethod
     def loopback(cls, **overrides: Any) -> QuicSettings:

@@ -81,8 +81,9 @@ DRAFT_16 = Draft(
 
 DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16)}
 """Every draft whose messages kvmoq can encode."""
-SPOKEN: tuple[Draft, ...] = (DRAFT_14,)
-"""What a session offers unless told otherwise, newest first."""
+SPOKEN: tuple[Draft, ...] = (DRAFT_16, DRAFT_14)
+"""What a session offers unless told otherwise, newest first: every draft kvmoq speaks, so
+a relay serves peers of each and a client gets the newest its peer speaks."""
 
 
 class UnknownDraft(ValueError):
@@ -113,8 +114,8 @@ def parse_drafts(text: str) -> tuple[Draft, ...]:
 
 
 DRAFTS_HELP = (
-    "MoQT drafts to speak, comma-separated, the newest preferred: 14 (ALPN moq-00) and 16 "
-    "(ALPN moqt-16; aiomoqt's interop cases at draft 16 pass). Default 14"
+    "MoQT drafts to speak, comma-separated, the newest preferred: 16 (ALPN moqt-16) and 14 "
+    "(ALPN moq-00). Default both: a peer gets the newest it speaks too"
 )
 
 

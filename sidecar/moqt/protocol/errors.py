@@ -135,7 +135,7 @@ otherwise; the codes below 4 are the same in both tables. So for each family bel
 FETCH_RENUMBERED: dict[int, int] = {
     FetchErrorCode.TRACK_DOES_NOT_EXIST: RequestErrorCode.DOES_NOT_EXIST,
     FetchErrorCode.INVALID_RANGE: RequestErrorCode.INVALID_RANGE,
-    FetchErrorCode.NO_OBJECTS: RequestErrorCode.DOES_NOT_EXIST,
+    FetchErrorCode.NO_OBJECTS: RequestErrorCode.INVALID_RANGE,
     FetchErrorCode.INVALID_JOINING_REQUEST_ID: RequestErrorCode.INVALID_JOINING_REQUEST_ID,
     FetchErrorCode.UNKNOWN_STATUS_IN_RANGE: RequestErrorCode.INTERNAL_ERROR,
     FetchErrorCode.MALFORMED_TRACK: RequestErrorCode.MALFORMED_TRACK,
