@@ -110,4 +110,3 @@ def test_a_relay_on_aioquic_passes_aiomoqts_suite() -> None:
 def test_a_relay_on_aiopquic_passes_aiomoqts_suite() -> None:
     with kvmoq_relay(RELAY_PYTHON, "--backend", "aiopquic") as url:
         assert_every_suite_passes(url)
-

@@ -653,3 +653,15 @@ def test_the_documented_catalog_subscribe_is_what_draft_16_sends() -> None:
     block = docs.split("as `tests/moqt/test_drafts.py`\nasserts it:\n\n```\n")[1].split("```")[0]
     catalog = FullTrackName((b"kvcache.moq.arpa/v1", b"m", b"a1b2"), b"catalog")
     assert m.Subscribe(0, catalog).encode(DRAFT_16) == bytes.fromhex(block.replace("\n", " "))
+
+
+def test_publish_and_publish_ok_carry_their_fields_as_parameters() -> None:
+    offer = m.Publish(5, TRACK, 2, GroupOrder.DESCENDING, Location(3, 4), forward=False)
+    raw = offer.encode(DRAFT_16)
+    # request 5, the track, alias 2; LARGEST_OBJECT (3,4) and FORWARD 0; extension: descending
+    assert raw == _hex("1d 0011 | 05 | 01 02 6e73 | 01 74 | 02 | 02 09 02 03 04 07 00 | 22 02")
+    assert m.decode_control(raw, DRAFT_16)[0] == offer
+    accept = m.PublishOk(3)
+    raw = accept.encode(DRAFT_16)
+    assert raw == _hex("1e 000c | 03 | 04 10 01 10 4080 01 01 02 01 01")
+    assert m.decode_control(raw, DRAFT_16)[0] == accept

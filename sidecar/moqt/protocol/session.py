@@ -37,7 +37,6 @@ from .connection import QuicConnectionLike, SessionLimits
 from .drafts import DRAFT_14, Draft
 from .errors import (
     FetchErrorCode,
-    NeedMoreData,
     ProtocolError,
     SessionErrorCode,
     UsageError,
@@ -80,7 +79,7 @@ from .messages import (
     TrackStatusOk,
     Unsubscribe,
     UnsubscribeNamespace,
-    decode_control,
+    decode_buffered,
     family_reply,
 )
 from .model import FullTrackName, GroupOrder, Location
@@ -449,19 +448,11 @@ class MoqtSession(NamespaceRequests):
             self._control_stream_id = stream_id
         if stream_id != self._control_stream_id:
             raise ProtocolError(f"bidirectional stream {stream_id} besides the control stream")
-        buffer = self._control_buffer
-        buffer += data
-        consumed = 0
-        try:
-            while consumed < len(buffer) and not self.closed:
-                message, length = decode_control(memoryview(buffer)[consumed:], self.draft)
-                consumed += length
-                self._on_control_message(message)
-        except NeedMoreData:
-            pass
-        # Not in a ``finally``: a propagating error's traceback still holds views of the
-        # buffer, so it cannot be resized then, and a failed session needs no compaction.
-        del buffer[:consumed]
+        self._control_buffer += data
+        for message in decode_buffered(self._control_buffer, self.draft):
+            if self.closed:
+                break
+            self._on_control_message(message)
         if end_stream:
             raise ProtocolError("control stream closed")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import events as ev
 from .connection import QuicConnectionLike
 from .drafts import Draft
-from .errors import NeedMoreData, ProtocolError, UsageError
+from .errors import ProtocolError, UsageError
 from .incoming import stream_is_client_initiated
 from .messages import (
     NO_PARAMETERS,
@@ -35,7 +35,7 @@ from .messages import (
     SubscribeNamespace,
     SubscribeNamespaceOk,
     UnsubscribeNamespace,
-    decode_control,
+    decode_buffered,
 )
 from .model import has_prefix
 from .outgoing import caller_errors
@@ -311,19 +311,8 @@ class NamespaceStreams:
         stream = self._streams.get(stream_id)
         if stream is None:
             stream = self._streams[stream_id] = NamespaceStream(stream_id, ours=False)
-        buffer = stream.buffer
-        buffer += data
-        messages: list[ControlMessage] = []
-        consumed = 0
-        try:
-            while consumed < len(buffer):
-                message, length = decode_control(memoryview(buffer)[consumed:], self._draft)
-                consumed += length
-                messages.append(message)
-        except NeedMoreData:
-            pass
-        del buffer[:consumed]
-        return stream, messages
+        stream.buffer += data
+        return stream, decode_buffered(stream.buffer, self._draft)
 
     def announcing(self, namespace: tuple[bytes, ...]) -> list[tuple[NamespaceStream, Namespace]]:
         """The peer's accepted subscriptions that hear of `namespace`, each with the

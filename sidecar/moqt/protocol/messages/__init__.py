@@ -25,6 +25,7 @@ from .base import (
     ControlMessage,
     FilterType,
     SubscriptionFilter,
+    decode_buffered,
     decode_control,
 )
 from .fetch import (
@@ -131,6 +132,7 @@ __all__ = [
     "TrackStatusOk",
     "Unsubscribe",
     "UnsubscribeNamespace",
+    "decode_buffered",
     "decode_control",
     "family_reply",
     "fetch_end",

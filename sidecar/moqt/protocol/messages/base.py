@@ -361,6 +361,36 @@ def decode_control(data: Buffer, draft: Draft = DRAFT_14) -> tuple[ControlMessag
     return message, end
 
 
+def decode_buffered(buffer: bytearray, draft: Draft) -> list[ControlMessage]:
+    """The whole messages at the front of a stream's `buffer`, which keeps what follows
+    them (part of the next). A malformed one raises, and the buffer is left as it was: a
+    propagating error's traceback still holds views of it, so it cannot be resized then,
+    and the stream is over anyway."""
+    messages: list[ControlMessage] = []
+    consumed = 0
+    try:
+        while consumed < len(buffer):
+            message, length = decode_control(memoryview(buffer)[consumed:], draft)
+            consumed += length
+            messages.append(message)
+    except NeedMoreData:
+        pass
+    del buffer[:consumed]
+    return messages
+
+
+def delivery_pairs(
+    forward: bool, subscriber_priority: int, filter: SubscriptionFilter, group_order: GroupOrder
+) -> list[KeyValuePair]:
+    """Draft 16's parameters for a subscription's delivery (SUBSCRIBE, PUBLISH_OK)."""
+    return field_pairs(
+        forward=forward,
+        subscriber_priority=subscriber_priority,
+        filter=filter,
+        group_order=group_order,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _RequestIdOnly(ControlMessage):
     """Layout of the messages whose whole payload is one request id."""
@@ -463,11 +493,8 @@ class _SubscribeLayout(ControlMessage):
     def encode_payload(self, draft: Draft) -> bytes:
         head = encode_varint(self.request_id) + _encode_track(self.track)
         if draft.request_parameters:
-            fields = field_pairs(
-                forward=self.forward,
-                subscriber_priority=self.subscriber_priority,
-                filter=self.filter,
-                group_order=self.group_order,
+            fields = delivery_pairs(
+                self.forward, self.subscriber_priority, self.filter, self.group_order
             )
             return head + encode_message_parameters(
                 fields if self.DELIVERY else (), self.parameters, draft

@@ -25,6 +25,7 @@ from .base import (
     _RequestError,
     decode_fields,
     decode_track_extensions,
+    delivery_pairs,
     encode_track_extensions,
     field_pairs,
 )
@@ -102,11 +103,8 @@ class PublishOk(ControlMessage):
 
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_parameters:
-            fields = field_pairs(
-                forward=self.forward,
-                subscriber_priority=self.subscriber_priority,
-                filter=self.filter,
-                group_order=self.group_order,
+            fields = delivery_pairs(
+                self.forward, self.subscriber_priority, self.filter, self.group_order
             )
             return encode_varint(self.request_id) + encode_message_parameters(
                 fields, self.parameters, draft
