@@ -204,10 +204,17 @@ _BY_REQUEST_ID = {
 """Where a later draft's form carries what draft 14's does not (request ids, options)."""
 
 
+def strategies_of(
+    draft: Draft,
+) -> dict[type[m.ControlMessage], st.SearchStrategy[m.ControlMessage]]:
+    """Per message class a session of `draft` can send, its strategy."""
+    chosen = MESSAGE_STRATEGIES if draft == DRAFT_14 else {**MESSAGE_STRATEGIES, **_BY_REQUEST_ID}
+    return {cls: s for cls, s in chosen.items() if cls.spoken_in(draft)}
+
+
 def messages_of(draft: Draft) -> st.SearchStrategy[m.ControlMessage]:
     """Any message a session of `draft` can send."""
-    chosen = MESSAGE_STRATEGIES if draft == DRAFT_14 else {**MESSAGE_STRATEGIES, **_BY_REQUEST_ID}
-    return st.one_of(*(s for cls, s in chosen.items() if cls.spoken_in(draft)))
+    return st.one_of(*strategies_of(draft).values())
 
 
 messages = messages_of(DRAFT_14)
