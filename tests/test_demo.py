@@ -336,6 +336,7 @@ def test_demo_with_vllm_engines_loads_and_keeps_the_text(tmp_path: Path) -> None
         row = report["tracks"][name]
         # The whole prompt: 4 chunks, written into every block, the last one up to the
         # prompt's last token, which vLLM computes.
+        assert row["warnings"] == [], row  # the connector's own words, when it computed
         assert row["chunks"] == {name: 4}, row
         assert row["cached_tokens"] == 511, row
         assert row["same_text"], row

@@ -332,6 +332,9 @@ def _show_vllm(console: Console, report: dict[str, Any]) -> None:
         "vLLM counts the tokens a load was scheduled for as not computed; a chunk that did "
         "not arrive in time is computed after all (the chunks column says what arrived)."
     )
+    for label, row in report["tracks"].items():
+        for warning in row.get("warnings", ()):
+            console.print(f"{label}: the connector said: {warning}", markup=False)
 
 
 def _vllm_cells(row: dict[str, Any]) -> list[str]:

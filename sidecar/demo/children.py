@@ -72,6 +72,15 @@ class Child:
         self.log.seek(0)
         return "".join(self.log.readlines()[-lines:])
 
+    def log_size(self) -> int:
+        """Bytes the child wrote to its log (stderr) so far: a mark for `log_since`."""
+        return os.fstat(self.log.fileno()).st_size
+
+    def log_since(self, mark: int) -> list[str]:
+        """The log lines written after `mark` (`log_size`)."""
+        self.log.seek(mark)
+        return self.log.read().splitlines()
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM first (relays send GOAWAY), SIGKILL if it lingers; then whatever it
         started itself (a vLLM engine's core process): the child leads a process group of

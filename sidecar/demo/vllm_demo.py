@@ -120,8 +120,12 @@ def _load(
     recompute_s: float,
 ) -> dict[str, Any]:
     before = sidecar.counter("kvmoq_loaded_chunks")
+    mark = d.child.log_size()
     answer = d.run(_request(token_ids, tracks))
-    return _row(answer, sidecar, before, reference, recompute_s)
+    # The connector's warnings (a failed lookup or load says why a row computed its prompt)
+    # go to the engine's stderr, each starting "kvmoq".
+    warnings = [line for line in d.child.log_since(mark) if line.startswith("kvmoq")]
+    return _row(answer, sidecar, before, reference, recompute_s) | {"warnings": warnings}
 
 
 def _row(
