@@ -670,3 +670,24 @@ def test_publish_and_publish_ok_carry_their_fields_as_parameters() -> None:
     raw = accept.encode(DRAFT_16)
     assert raw == _hex("1e 000c | 03 | 04 10 01 10 4080 01 01 02 01 01")
     assert m.decode_control(raw, DRAFT_16)[0] == accept
+
+
+def test_an_update_of_anything_but_a_subscription_is_refused_in_words() -> None:
+    """Draft 16 lets a peer update a FETCH or a namespace request; kvmoq refuses, in that
+    draft's words (REQUEST_ERROR NOT_SUPPORTED), and the session goes on."""
+    pair = SessionPair(draft=DRAFT_16, client_session=False)
+    control = 0  # the client's first bidirectional stream
+    setup = m.ClientSetup((), m.SetupParameters(path=b"/kv", max_request_id=10))
+    fetch = m.Fetch(0, m.StandaloneFetch(TRACK, Location(0, 0), 3))
+    update = m.SubscribeUpdate(2, 0, Location(1, 0))
+    for message in (setup, fetch, update):
+        pair.client_quic.send_stream_data(control, message.encode(DRAFT_16), False)
+    pair.pump()
+    server = pair.server
+    assert server is not None and not server.closed
+    assert [e.message for e in of(pair.take("server"), ev.FetchRequested)] == [fetch]
+    answer = b"".join(e.data for e in pair.client_raw if type(e).__name__ == "StreamDataReceived")
+    replies = m.decode_buffered(bytearray(answer), DRAFT_16)
+    assert replies[1:] == [
+        m.RequestError(2, RequestErrorCode.NOT_SUPPORTED, 0, "kvmoq updates subscriptions only")
+    ]

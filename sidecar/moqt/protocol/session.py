@@ -38,6 +38,7 @@ from .drafts import DRAFT_14, Draft
 from .errors import (
     FetchErrorCode,
     ProtocolError,
+    RequestErrorCode,
     SessionErrorCode,
     UsageError,
 )
@@ -505,11 +506,17 @@ class MoqtSession(NamespaceRequests):
 
     def _on_subscribe_update(self, message: SubscribeUpdate) -> None:
         target = message.subscription_request_id
-        if not self.objects.has_track(target) and not isinstance(
+        subscription = self.objects.has_track(target) or isinstance(
             self._inbound.get(target), Subscribe
-        ):
+        )
+        if not subscription and not (self.draft.request_replies and target in self._inbound):
             raise ProtocolError(f"update of unknown subscription {target}")
         self._grant_credit()  # an update takes an id but leaves nothing open
+        if not subscription:
+            # Draft 16 lets a FETCH or a namespace request be updated too: refused, in words.
+            reason = "kvmoq updates subscriptions only"
+            self._send(RequestError(message.request_id, RequestErrorCode.NOT_SUPPORTED, 0, reason))
+            return
         if self.draft.request_replies:
             self._send(RequestOk(message.request_id))
         self._events.append(ev.SubscribeUpdated(message))
