@@ -35,11 +35,17 @@ PROGRAMS[("kvmoq", "relay")] = Program(
 PROGRAMS[("kvmoq-default", "relay")] = Program(
     RELAY_PYTHON, ("-c", _ADAPTER), ready_stderr=re.compile(r'"backend": "aiopquic".*relay started')
 )
+PROGRAMS[("kvmoq-14", "relay")] = Program(
+    Path(sys.executable), ("-c", _ADAPTER, "--backend", "aioquic", "--drafts", "14"),
+    ready_stderr=READY,
+)  # fmt: skip
 RELAYS = ("kvmoq", "kvmoq-default")
 """kvmoq's relay on aioquic (Python 3.11, as the sidecar) and as users run it (3.12)."""
 
 KINDS = ("aiomoqt", "moqrs")
 CHAINS = [(pub, relay, sub) for relay in RELAYS for pub in KINDS for sub in KINDS]
+CHAINS += [("moqrs", "kvmoq-14", "moqrs")]
+"""moq-rs speaks drafts 14 and 16: a relay that offers 14 alone keeps it on 14."""
 
 
 @pytest.mark.interop
@@ -51,8 +57,9 @@ def test_objects_cross_the_kvmoq_relay_intact(
     _, publisher, subscriber = relay_chain(start_peer, pub, relay, sub, spec)
     subscriber.expect_success(timeout=spec.timeout + 10)
     assert received(subscriber) == spec.expected()
-    assert str(publisher.version).startswith(KVMOQ_RELAY_DRAFT[pub])
-    assert str(subscriber.version).startswith(KVMOQ_RELAY_DRAFT[sub])
+    for kind, peer in ((pub, publisher), (sub, subscriber)):
+        draft = "moq-transport-14" if relay == "kvmoq-14" else KVMOQ_RELAY_DRAFT[kind]
+        assert str(peer.version).startswith(draft)
 
 
 @pytest.mark.interop
