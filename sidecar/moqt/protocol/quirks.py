@@ -1,6 +1,6 @@
 """What kvmoq does differently for one peer implementation, decided once from its SETUP.
 
-Everything else follows draft-14 whoever the peer is. A deviation for one implementation
+Everything else follows the session's draft whoever the peer is. A deviation for one implementation
 lives here, named after the behaviour it changes and saying why, so it is found in one
 place and dropped in one place once that peer is fixed.
 """
