@@ -218,8 +218,11 @@ class NamespaceRequests:
                 self._on_request_reply(message)
             elif isinstance(message, Namespace | NamespaceDone) and stream.answered:
                 full = stream.request.namespace + message.namespace  # type: ignore[union-attr]
-                heard = ev.NamespaceAnnounced if isinstance(message, Namespace) else None
-                self._events.append(heard(full) if heard else ev.NamespacePublishDone(full))
+                self._events.append(
+                    ev.NamespaceAnnounced(full)
+                    if isinstance(message, Namespace)
+                    else ev.NamespacePublishDone(full)
+                )
             else:
                 raise ProtocolError(f"{type(message).__name__} on a namespace subscription")
         if end_stream:
@@ -245,7 +248,7 @@ class NamespaceRequests:
         return any(
             isinstance(request, SubscribeNamespace)
             and self._namespace_streams.of(request_id) is not None
-            and namespace[: len(request.namespace)] == request.namespace
+            and has_prefix(namespace, request.namespace)
             for request_id, request in self._inbound.items()
         )
 
