@@ -46,8 +46,18 @@ from tests.support.relay import (
 def test_a_track_published_on_one_edge_reaches_subscribers_on_the_others(
     cert: CertificatePaths, backend: str
 ) -> None:
+    edges_carry_a_track(cert, backend)
+
+
+def test_edges_on_draft_16_carry_a_track_through_a_root_on_14(cert: CertificatePaths) -> None:
+    """A root not yet on draft 16 under edges that are: the edges reach it on 14 and serve
+    their sessions on 16, the objects crossing drafts twice."""
+    edges_carry_a_track(cert, "aioquic", "--drafts", "14")
+
+
+def edges_carry_a_track(cert: CertificatePaths, backend: str, *root_flags: str) -> None:
     with ExitStack() as stack:
-        root = stack.enter_context(cluster_relay(cert, backend=backend))
+        root = stack.enter_context(cluster_relay(cert, *root_flags, backend=backend))
         edge = edge_flags(root.url, cert.cert)
         edges = [stack.enter_context(cluster_relay(cert, *edge, backend=backend)) for _ in "ABC"]
         a, b, c = edges

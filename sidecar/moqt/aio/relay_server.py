@@ -192,6 +192,6 @@ async def _upstream_session(
 
     async with transport.connect(url, settings, on_session, token=token) as connection:
         relay.attach_upstream(peers[0])
-        logger.info("relay: connected to upstream %s", url)
+        logger.info("relay: connected to upstream %s (%s)", url, connection.moqt.draft)
         closed = await connection.closed
         logger.warning("relay: lost upstream %s (%s); reconnecting", url, closed.reason)
