@@ -184,3 +184,22 @@ def test_subscriptions_end_when_the_root_stays_away(cert: CertificatePaths) -> N
                 assert ended.message.reason == "the upstream relay left"
 
         run(main)
+
+
+def test_a_relay_counts_its_sessions_per_draft(cert: CertificatePaths) -> None:
+    """An operator upgrading a cluster reads who is still on the older draft."""
+    with (
+        cluster_relay(cert, "--drafts", "14") as root,
+        cluster_relay(cert, *edge_flags(root.url, cert.cert)) as edge,
+    ):
+        edge.wait_for("upstream_up", 1)
+
+        async def main() -> None:
+            async with Sessions(edge.process, cert) as at_edge:
+                await at_edge.open()
+                await asyncio.to_thread(edge.wait_for, "sessions_by_draft:16", 1)
+                assert edge.metric("sessions_by_draft:14") == 1  # the root
+                assert root.metric("sessions_by_draft:14") == 1  # the edge
+                assert root.metric("sessions_by_draft:16") == 0
+
+        run(main)

@@ -8,6 +8,7 @@ series on a registry of the relay's own, served by ``kvmoq relay --http``.
 from __future__ import annotations
 
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -15,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from ..protocol.drafts import DRAFTS
 from .core import Relay
 
 
@@ -71,15 +73,31 @@ class RelayCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(f"kvmoq_relay_{name}", help_text, value=float(gauge))
+        by_draft = Counter(peer.moqt.draft.number for peer in relay.peers)
+        family = GaugeMetricFamily(
+            "kvmoq_relay_sessions_by_draft",
+            "Sessions open per MoQT draft, the upstream one included (during an upgrade: who "
+            "is still on the older draft)",
+            labels=["draft"],
+        )
+        for number in sorted(DRAFTS):
+            family.add_metric([str(number)], float(by_draft[number]))
+        yield family
 
 
 def scrape(address: str, timeout: float = 10.0) -> dict[str, float]:
     """A relay's ``kvmoq_relay_*`` series, read from its /metrics at ``address`` (HOST:PORT),
-    by short name: ``subscribes_sent`` for ``kvmoq_relay_subscribes_sent_total``."""
+    by short name: ``subscribes_sent`` for ``kvmoq_relay_subscribes_sent_total``, and
+    ``sessions_by_draft:16`` for the sample labelled draft="16"."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as response:
         text = response.read().decode()
     return {
-        sample.name.removeprefix("kvmoq_relay_").removesuffix("_total"): sample.value
+        ":".join(
+            (
+                sample.name.removeprefix("kvmoq_relay_").removesuffix("_total"),
+                *sample.labels.values(),
+            )
+        ): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
         if sample.name.startswith("kvmoq_relay_") and not sample.name.endswith("_created")
