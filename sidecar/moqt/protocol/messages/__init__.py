@@ -24,6 +24,8 @@ from .base import (
     UNKNOWN_STREAM_COUNT,
     ControlMessage,
     FilterType,
+    RequestError,
+    RequestOk,
     SubscriptionFilter,
     decode_buffered,
     decode_control,
@@ -58,8 +60,6 @@ from .replies import (
     ERROR_OF_REQUEST,
     REQUEST_OF_ERROR,
     REQUEST_OF_OK,
-    RequestError,
-    RequestOk,
     family_reply,
 )
 from .setup import ClientSetup, Goaway, MaxRequestId, RequestsBlocked, ServerSetup

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Protocol, Self, TypeVar
+from typing import ClassVar, Self, TypeVar
 
 from ..drafts import DRAFT_14, DRAFTS, Draft
 from ..errors import DecodeError, NeedMoreData, draft_14_code
@@ -42,10 +42,6 @@ from .parameters import (
 )
 
 MAX_MESSAGE_LENGTH = 0xFFFF
-REQUEST_ERROR_TYPE = 0x05
-REQUEST_OK_TYPE = 0x07
-"""Draft 16's generic replies, on codes draft 14 gave SUBSCRIBE_ERROR and
-PUBLISH_NAMESPACE_OK."""
 DEFAULT_PUBLISHER_GROUP_ORDER = 0x22
 """The track extension (draft 16 on) that says a track's group order; ascending if absent."""
 MAX_GOAWAY_URI = 8192
@@ -242,10 +238,11 @@ def decode_fields(reader: Reader, draft: Draft) -> tuple[Fields, Parameters]:
     return Fields(fields), parameters
 
 
-def reply_fields(
+def track_report(
     expires: int, largest: Location | None, parameters: Parameters, draft: Draft
 ) -> bytes:
-    """The parameter block of a draft-16 reply that reports on a track."""
+    """The parameter block of a draft-16 reply that reports on a track (SUBSCRIBE_OK,
+    REQUEST_OK)."""
     return encode_message_parameters(
         field_pairs(expires=expires, largest=largest), parameters, draft
     )
@@ -300,10 +297,14 @@ class ControlMessage:
     """After ``UNTIL`` this message still goes out, as the message that replaced it."""
 
     @classmethod
+    def decoded_in(cls, number: int) -> bool:
+        """Whether draft `number` reads this message's type as this message."""
+        return number >= cls.SINCE and (cls.UNTIL is None or number <= cls.UNTIL)
+
+    @classmethod
     def spoken_in(cls, draft: Draft) -> bool:
         """Whether this message can be sent in a session of `draft`."""
-        until = None if cls.REPLACED else cls.UNTIL
-        return draft.number >= cls.SINCE and (until is None or draft.number <= until)
+        return cls.decoded_in(draft.number) or (cls.REPLACED and draft.number >= cls.SINCE)
 
     def wire_type(self, draft: Draft) -> int:
         return self.TYPE
@@ -329,7 +330,7 @@ _M = TypeVar("_M", bound=type["ControlMessage"])
 
 def _register(cls: _M) -> _M:
     for number, table in _REGISTRY.items():
-        if number >= cls.SINCE and (cls.UNTIL is None or number <= cls.UNTIL):
+        if cls.decoded_in(number):
             assert cls.TYPE not in table, (number, hex(cls.TYPE))
             table[cls.TYPE] = cls
     return cls
@@ -405,6 +406,67 @@ class _RequestIdOnly(ControlMessage):
         return cls(reader.varint())
 
 
+# ---------------------------------------------------------------------------------------------
+# Replies shared by every request family: draft 16's REQUEST_OK and REQUEST_ERROR, and draft
+# 14's layouts of the replies they replaced, which go out as them from draft 16 on
+# (`messages.replies.family_reply` turns them back).
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class RequestOk(ControlMessage):
+    """Accepts a request that has no reply of its own: what it reports of the track
+    (TRACK_STATUS: the largest location, expiry) is all it carries."""
+
+    TYPE: ClassVar[int] = 0x07
+    SINCE: ClassVar[int] = 16
+
+    request_id: int
+    expires: int = 0
+    largest: Location | None = None
+    parameters: Parameters = NO_PARAMETERS
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        return encode_varint(self.request_id) + track_report(
+            self.expires, self.largest, self.parameters, draft
+        )
+
+    @classmethod
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        request_id = reader.varint()
+        fields, parameters = decode_fields(reader, draft)
+        return cls(request_id, fields.expires, fields.largest, parameters)
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class RequestError(ControlMessage):
+    """Refuses any request; `error_code` in draft 16's one table (`RequestErrorCode`)."""
+
+    TYPE: ClassVar[int] = 0x05
+    SINCE: ClassVar[int] = 16
+
+    request_id: int
+    error_code: int
+    retry_interval: int = 0
+    """Milliseconds to wait before trying again, plus one; 0: do not try again."""
+    reason: str = ""
+
+    def encode_payload(self, draft: Draft) -> bytes:
+        return b"".join(
+            (
+                encode_varint(self.request_id),
+                encode_varint(self.error_code),
+                encode_varint(self.retry_interval),
+                encode_reason(self.reason),
+            )
+        )
+
+    @classmethod
+    def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
+        return cls(reader.varint(), reader.varint(), reader.varint(), reader.reason())
+
+
 @dataclass(frozen=True, slots=True)
 class _OkOfRequest(_RequestIdOnly):
     """Layout of draft 14's replies that only accept a request; REQUEST_OK from draft 16."""
@@ -413,16 +475,12 @@ class _OkOfRequest(_RequestIdOnly):
     REPLACED: ClassVar[bool] = True
 
     def wire_type(self, draft: Draft) -> int:
-        return REQUEST_OK_TYPE if draft.request_replies else self.TYPE
+        return RequestOk.TYPE if draft.request_replies else self.TYPE
 
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_replies:
-            return encode_varint(self.request_id) + reply_fields(0, None, NO_PARAMETERS, draft)
+            return RequestOk(self.request_id).encode_payload(draft)
         return encode_varint(self.request_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# Replies shared by every request family.
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,24 +497,17 @@ class _RequestError(ControlMessage):
     reason: str = ""
 
     def wire_type(self, draft: Draft) -> int:
-        return REQUEST_ERROR_TYPE if draft.request_replies else self.TYPE
+        return RequestError.TYPE if draft.request_replies else self.TYPE
 
     def encode_payload(self, draft: Draft) -> bytes:
-        if not draft.request_replies:
-            return (
-                encode_varint(self.request_id)
-                + encode_varint(self.error_code)
-                + encode_reason(self.reason)
-            )
-        code = self.RENUMBERED.get(self.error_code, self.error_code)
-        retry_interval = 0  # do not retry: nothing kvmoq refuses gets better by waiting
-        return b"".join(
-            (
-                encode_varint(self.request_id),
-                encode_varint(code),
-                encode_varint(retry_interval),
-                encode_reason(self.reason),
-            )
+        if draft.request_replies:
+            # Retry interval 0, do not retry: nothing kvmoq refuses gets better by waiting.
+            code = self.RENUMBERED.get(self.error_code, self.error_code)
+            return RequestError(self.request_id, code, 0, self.reason).encode_payload(draft)
+        return (
+            encode_varint(self.request_id)
+            + encode_varint(self.error_code)
+            + encode_reason(self.reason)
         )
 
     @classmethod
@@ -464,15 +515,9 @@ class _RequestError(ControlMessage):
         return cls(reader.varint(), reader.varint(), reader.reason())
 
     @classmethod
-    def from_request_error(cls, error: RequestErrorLike) -> Self:
+    def from_request_error(cls, error: RequestError) -> Self:
         """This family's error for a REQUEST_ERROR (its code in this family's numbers)."""
         return cls(error.request_id, draft_14_code(cls.RENUMBERED, error.error_code), error.reason)
-
-
-class RequestErrorLike(Protocol):
-    request_id: int
-    error_code: int
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,7 +597,7 @@ class _SubscribeOkLayout(ControlMessage):
                 (
                     encode_varint(self.request_id),
                     encode_varint(self.track_alias),
-                    reply_fields(self.expires, self.largest, self.parameters, draft),
+                    track_report(self.expires, self.largest, self.parameters, draft),
                     encode_track_extensions(self.group_order, self.parameters),
                 )
             )

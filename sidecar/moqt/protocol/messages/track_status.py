@@ -8,15 +8,7 @@ from typing import ClassVar
 
 from ..drafts import Draft
 from ..errors import SUBSCRIBE_RENUMBERED
-from ..wire import encode_varint
-from .base import (
-    REQUEST_OK_TYPE,
-    _register,
-    _RequestError,
-    _SubscribeLayout,
-    _SubscribeOkLayout,
-    reply_fields,
-)
+from .base import RequestOk, _register, _RequestError, _SubscribeLayout, _SubscribeOkLayout
 
 
 @_register
@@ -38,13 +30,12 @@ class TrackStatusOk(_SubscribeOkLayout):
     ALLOW_DEFAULT_ORDER: ClassVar[bool] = True
 
     def wire_type(self, draft: Draft) -> int:
-        return REQUEST_OK_TYPE if draft.request_replies else self.TYPE
+        return RequestOk.TYPE if draft.request_replies else self.TYPE
 
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_replies:
-            return encode_varint(self.request_id) + reply_fields(
-                self.expires, self.largest, self.parameters, draft
-            )
+            reply = RequestOk(self.request_id, self.expires, self.largest, self.parameters)
+            return reply.encode_payload(draft)
         return _SubscribeOkLayout.encode_payload(self, draft)
 
 
