@@ -27,11 +27,12 @@ class Draft:
     the draft and SETUP carries no version."""
     delta_types: bool
     """Key-value pairs carry their type as the difference from the previous pair's (so
-    they go out in ascending order), and unknown message parameters close the session."""
+    they go out in ascending order)."""
     request_parameters: bool
     """A request's delivery fields (priority, group order, forward, filter) and a reply's
     (expires, largest location) travel as message parameters, not as fixed fields; replies
-    that describe a track end with its extensions."""
+    that describe a track end with its extensions; an unknown message parameter closes the
+    session."""
     request_replies: bool
     """REQUEST_OK and REQUEST_ERROR answer every request that has no reply of its own
     (namespaces, track status, updates) and refuse every request; the error codes of the

@@ -147,21 +147,20 @@ class Parameters(_ParameterSet):
         0x04: "max_cache_duration",
     }
     _REPEATABLE: ClassVar[frozenset[int]] = frozenset({0x03})
+    LATER_KEYS: ClassVar[frozenset[int]] = frozenset({0x02, 0x03})
+    """The keys that stay message parameters from draft 16 on: the maximum cache duration is
+    a track extension there (the messages that carry extensions send it so), and a
+    parameter the peer's table does not know closes its session."""
 
     delivery_timeout: int | None = None
     authorization_tokens: tuple[bytes, ...] = ()
     max_cache_duration: int | None = None
 
     def pairs(self, draft: Draft = DRAFT_14) -> tuple[KeyValuePair, ...]:
-        """From draft 16 on, the maximum cache duration is a track extension (the messages
-        that carry extensions send it there) and a parameter this table does not know closes
-        the peer's session, so neither goes among the parameters."""
         pairs = _ParameterSet.pairs(self, draft)
-        if not draft.delta_types:
+        if not draft.request_parameters:
             return pairs
-        return tuple(
-            pair for pair in pairs if pair[0] in self._KEYS and pair[0] != MAX_CACHE_DURATION
-        )
+        return tuple(pair for pair in pairs if pair[0] in self.LATER_KEYS)
 
 
 def encode_message_parameters(
@@ -187,7 +186,7 @@ def decode_message_parameters(
             if key in fields:
                 raise DecodeError(f"parameter {key:#x} repeated")
             fields[key] = value
-        elif key in Parameters._KEYS and key != MAX_CACHE_DURATION:
+        elif key in Parameters.LATER_KEYS:
             rest.append((key, value))
         else:
             raise DecodeError(f"unknown message parameter {key:#x}")
