@@ -98,17 +98,25 @@ class Followers:
         """Every prefix some peer follows."""
         return set().union(*self._prefixes.values())
 
+    def offered(self, peer: Peer, namespace: Namespace) -> bool:
+        """Whether `peer` follows a prefix of `namespace` and asked to be offered tracks."""
+        return _follows(self._prefixes.get(peer, {}), namespace, tracks=True)
+
     def of(self, namespace: Namespace, tracks: bool = False) -> list[Peer]:
         """Peers following a prefix of ``namespace`` (where `tracks`: to be offered its
         tracks)."""
         return [
             peer
             for peer, prefixes in self._prefixes.items()
-            if any(
-                has_prefix(namespace, prefix) and (wants or not tracks)
-                for prefix, wants in prefixes.items()
-            )
+            if _follows(prefixes, namespace, tracks)
         ]
+
+
+def _follows(prefixes: dict[Namespace, bool], namespace: Namespace, tracks: bool) -> bool:
+    return any(
+        has_prefix(namespace, prefix) and (wants or not tracks)
+        for prefix, wants in prefixes.items()
+    )
 
 
 class Origin:
@@ -202,7 +210,7 @@ class Origin:
 
     def _tell_local(self, peer: Peer, track: Track) -> None:
         self._announce(peer, track.name.namespace)
-        if peer in self.followers.of(track.name.namespace, tracks=True):
+        if self.followers.offered(peer, track.name.namespace):
             self._offer(peer, track)
 
     def write_local(

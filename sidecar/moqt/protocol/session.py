@@ -675,9 +675,15 @@ class MoqtSession(NamespaceRequests):
             data = message.encode(self.draft)
         self._quic.send_stream_data(self._control_stream_id, data, False)
 
-    def _request(self, message: Any, expects_reply: bool = True) -> int:
-        """Send a request numbered by ``_next_id`` (``RequestIds.take``)."""
-        self._send(message)
+    def _request(
+        self,
+        message: Any,
+        expects_reply: bool = True,
+        send: Callable[[ControlMessage], None] | None = None,
+    ) -> int:
+        """Send a request numbered by ``_next_id`` (``RequestIds.take``), on the control
+        stream or by `send` (a stream of its own)."""
+        (send or self._send)(message)
         self._ids.spent()
         if expects_reply:
             self._outbound[message.request_id] = message

@@ -11,6 +11,7 @@ cancellation name the request instead of the namespace.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +71,12 @@ class NamespaceRequests:
     _namespace_streams: NamespaceStreams
 
     def _next_id(self) -> int: ...
-    def _request(self, message: Any, expects_reply: bool = True) -> int: ...
+    def _request(
+        self,
+        message: Any,
+        expects_reply: bool = True,
+        send: Callable[[ControlMessage], None] | None = None,
+    ) -> int: ...
     def _send(self, message: ControlMessage) -> None: ...
     def _reply(self, message: Any) -> None: ...
     def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any: ...
@@ -98,15 +104,10 @@ class NamespaceRequests:
         if prefix in self._namespace_subscriptions:
             raise UsageError(f"already subscribed to namespace prefix {prefix!r}")
         request = SubscribeNamespace(self._next_id(), prefix, parameters)
-        if self.draft.namespace_streams:
-            with caller_errors():
-                self._namespace_streams.open(request)
-            self._ids.spent()
-            self._outbound[request.request_id] = request
-        else:
-            self._request(request)
-        self._namespace_subscriptions[prefix] = request.request_id
-        return request.request_id
+        own_stream = self._namespace_streams.open if self.draft.namespace_streams else None
+        request_id = self._request(request, send=own_stream)
+        self._namespace_subscriptions[prefix] = request_id
+        return request_id
 
     def unsubscribe_namespace(self, prefix: tuple[bytes, ...]) -> None:
         request_id = self._namespace_subscriptions.pop(prefix, None)
@@ -288,9 +289,11 @@ class NamespaceStreams:
             None,
         )
 
-    def open(self, request: SubscribeNamespace) -> None:
+    def open(self, request: ControlMessage) -> None:
         """Our subscription: a new stream, the request its first message."""
-        data = request.encode(self._draft)
+        assert isinstance(request, SubscribeNamespace)
+        with caller_errors():
+            data = request.encode(self._draft)
         stream_id = self._quic.get_next_available_stream_id(False)
         self._streams[stream_id] = NamespaceStream(stream_id, ours=True, request=request)
         self._quic.send_stream_data(stream_id, data, False)
