@@ -95,19 +95,12 @@ def encode_parameters(pairs: tuple[KeyValuePair, ...], delta: bool = False) -> b
 
 def decode_kvps(data: Buffer, delta: bool = False) -> tuple[KeyValuePair, ...]:
     """Parse a whole buffer of count-less key-value pairs (an extension block)."""
-    reader = Reader(data)
-    pairs: list[KeyValuePair] = []
-    previous = 0
     try:
-        while not reader.at_end():
-            pair = reader.kvp(previous if delta else None)
-            pairs.append(pair)
-            previous = pair[0]
+        return Reader(data).kvps(delta)
     except NeedMoreData as exc:
         raise DecodeError(
             "truncated key-value pair", SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
         ) from exc
-    return tuple(pairs)
 
 
 class Reader:
@@ -232,9 +225,13 @@ class Reader:
         count = self.varint()
         if count * 2 > self.remaining:
             raise NeedMoreData("parameters")
+        return self.kvps(delta, count)
+
+    def kvps(self, delta: bool, count: int | None = None) -> tuple[KeyValuePair, ...]:
+        """`count` key-value pairs (None: up to the end), types as deltas where `delta`."""
         pairs: list[KeyValuePair] = []
         previous = 0
-        for _ in range(count):
+        while (len(pairs) < count) if count is not None else not self.at_end():
             pair = self.kvp(previous if delta else None)
             pairs.append(pair)
             previous = pair[0]
