@@ -23,6 +23,7 @@ from sidecar.kvcache.naming import prompt_id
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.moqt.aio.transport import MoqtConnectError
+from sidecar.moqt.protocol.drafts import DRAFT_16
 from sidecar.moqt.protocol.errors import (
     FetchErrorCode,
     PublishNamespaceErrorCode,
@@ -65,7 +66,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def setup_with(token: str) -> SetupParameters:
-    return SetupParameters(authorization_tokens=(authorization_token(token.encode()),))
+    return SetupParameters(authorization_tokens=(authorization_token(token.encode(), DRAFT_16),))
 
 
 # The rules ------------------------------------------------------------------------------
@@ -90,14 +91,18 @@ def test_tokens_are_read_from_the_setup_parameter_or_the_path(keys: dict[str, Pa
     key = load_key(keys["hs"])
     token = sign(key, ROOT, publish="SmolLM2-135M", subscribe="", expires_in=60)
     authorizer = Authorizer(key)
-    grant = authorizer.grant(setup_with(token))
+    grant = authorizer.grant(setup_with(token), DRAFT_16)
     assert grant.may_publish(MINE) and not grant.may_publish(THEIRS)
     assert grant.may_subscribe(THEIRS)
     assert grant.expires is not None and grant.expires - time.time() <= 60
-    assert authorizer.grant(SetupParameters(path=f"/kv?jwt={token}".encode())) == grant
+    assert authorizer.grant(SetupParameters(path=f"/kv?jwt={token}".encode()), DRAFT_16) == grant
     # EdDSA: signed with the private half, checked with the public one alone.
     signed = sign(load_key(keys["ed"]), ROOT, subscribe="")
-    assert Authorizer(load_key(keys["ed-public"])).grant(setup_with(signed)).may_subscribe(MINE)
+    assert (
+        Authorizer(load_key(keys["ed-public"]))
+        .grant(setup_with(signed), DRAFT_16)
+        .may_subscribe(MINE)
+    )
 
 
 @pytest.mark.parametrize(
@@ -116,7 +121,7 @@ def test_sessions_without_a_usable_token_are_refused(
     keys: dict[str, Path], setup: SetupParameters, code: SessionErrorCode
 ) -> None:
     with pytest.raises(AuthError) as refused:
-        Authorizer(load_key(keys["hs"])).grant(setup)
+        Authorizer(load_key(keys["hs"])).grant(setup, DRAFT_16)
     assert refused.value.code == code
 
 
@@ -130,11 +135,11 @@ def test_a_token_over_the_length_bound_is_refused_though_validly_signed(
         claims = {"root": ROOT, "pub": "", "iat": int(time.time()), "pad": "x" * size}
         return jwt.encode(claims, key.key, "HS256")
 
-    assert authorizer.grant(setup_with(padded(MAX_TOKEN_BYTES // 2))).may_publish(MINE)
+    assert authorizer.grant(setup_with(padded(MAX_TOKEN_BYTES // 2)), DRAFT_16).may_publish(MINE)
     long = padded(MAX_TOKEN_BYTES)
-    assert len(authorization_token(long.encode())) > MAX_TOKEN_BYTES
+    assert len(authorization_token(long.encode(), DRAFT_16)) > MAX_TOKEN_BYTES
     with pytest.raises(AuthError) as refused:
-        authorizer.grant(setup_with(long))
+        authorizer.grant(setup_with(long), DRAFT_16)
     assert refused.value.code == SessionErrorCode.MALFORMED_AUTH_TOKEN
 
 
@@ -155,13 +160,13 @@ def test_forged_expired_and_unsigned_tokens_are_refused(keys: dict[str, Path]) -
     for code, tokens in cases.items():
         for token in tokens:
             with pytest.raises(AuthError) as refused:
-                authorizer.grant(setup_with(token))
+                authorizer.grant(setup_with(token), DRAFT_16)
             assert refused.value.code == code, token
 
 
 def test_a_public_path_needs_no_token(keys: dict[str, Path]) -> None:
     grant = Authorizer(load_key(keys["hs"]), public="kvcache.moq.arpa/v1/demo").grant(
-        SetupParameters()
+        SetupParameters(), DRAFT_16
     )
     assert grant.may_publish((b"kvcache.moq.arpa/v1", b"demo", b"p")) and not grant.may_publish(
         MINE

@@ -10,6 +10,8 @@ from sidecar.moqt.protocol.errors import DecodeError, NeedMoreData, SessionError
 from sidecar.moqt.protocol.model import Location
 from sidecar.moqt.protocol.wire import (
     MAX_VARINT,
+    MAX_VI64,
+    VI64,
     Reader,
     decode_kvps,
     encode_bytes,
@@ -58,6 +60,58 @@ def test_varint_rfc9000_examples_including_non_minimal_forms() -> None:
 def test_varint_out_of_range_is_refused(value: int) -> None:
     with pytest.raises(ValueError):
         encode_varint(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        (0, "00"),
+        (37, "25"),
+        (64, "40"),  # one byte in vi64, two as a QUIC varint
+        (127, "7f"),
+        (128, "8080"),
+        (0x2F00, "af00"),  # draft 18's SETUP type
+        (15293, "bbbd"),
+        (16383, "bfff"),
+        (16384, "c04000"),
+        (226442877, "ed7f3e7d"),
+        (2**56 - 1, "feffffffffffffff"),
+        (2**56, "ff0100000000000000"),
+        (MAX_VI64, "ffffffffffffffffff"),
+    ],
+)
+def test_vi64_boundaries_and_draft_18s_examples(value: int, encoded: str) -> None:
+    assert VI64.varint(value).hex() == encoded
+    reader = VI64.reader(bytes.fromhex(encoded))
+    assert reader.varint() == value and reader.at_end()
+
+
+def test_vi64_reads_non_minimal_forms() -> None:
+    assert VI64.reader(bytes.fromhex("8025")).varint() == 37  # draft 18 allows them
+
+
+@given(st.integers(0, MAX_VI64))
+def test_vi64_round_trips_and_a_cut_one_needs_more(value: int) -> None:
+    encoded = VI64.varint(value)
+    reader = VI64.reader(encoded + b"\x00")
+    assert reader.varint() == value and reader.pos == len(encoded)
+    for cut in range(len(encoded)):
+        with pytest.raises(NeedMoreData):
+            VI64.reader(encoded[:cut]).varint()
+
+
+@pytest.mark.parametrize("value", [-1, MAX_VI64 + 1])
+def test_vi64_out_of_range_is_refused(value: int) -> None:
+    with pytest.raises(ValueError):
+        VI64.varint(value)
+
+
+def test_composite_encodings_take_the_encoders_integers() -> None:
+    assert VI64.bytes_vi(b"x" * 100) == b"\x64" + b"x" * 100
+    assert encode_bytes(b"x" * 100)[:2] == b"\x40\x64"
+    pairs = ((0x40, 200), (0x41, b"ab"))
+    assert VI64.kvps(pairs).hex() == "40" + "80c8" + "41" + "02" + "6162"
+    assert VI64.reader(VI64.kvps(pairs, delta=True)).kvps(delta=True) == pairs
 
 
 @given(varints)

@@ -34,7 +34,6 @@ from sidecar.moqt.aio.quic_backend import QuicBackend, QuicSettings, load_backen
 from sidecar.moqt.protocol.drafts import by_alpn
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import GoawayReceived, MoqtEvent, SessionClosed, SetupCompleted
-from sidecar.moqt.protocol.messages.parameters import authorization_token
 from sidecar.moqt.protocol.session import MoqtSession
 
 _T = TypeVar("_T")
@@ -483,7 +482,7 @@ def _moqt_attach(
                     is_client=url is not None,
                     path=url.path.encode() if url else None,
                     authority=url.authority.encode() if url else None,
-                    authorization=None if token is None else authorization_token(token.encode()),
+                    authorization=None if token is None else token.encode(),
                     now=loop.time(),
                     draft=draft,
                 )

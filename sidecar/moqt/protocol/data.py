@@ -23,7 +23,7 @@ from enum import IntEnum
 from .drafts import DRAFT_14, Draft
 from .errors import DecodeError, NeedMoreData, ObjectTooLarge
 from .model import ObjectStatus
-from .wire import Buffer, Reader, decode_kvps, encode_bytes, encode_kvps, encode_varint
+from .wire import Buffer, Reader, decode_kvps
 
 DEFAULT_MAX_OBJECT_PAYLOAD = 64 * 1024 * 1024
 MAX_EXTENSIONS_LENGTH = 65535
@@ -102,11 +102,11 @@ class SubgroupHeader:
             | (_SUBGROUP_END_OF_GROUP if self.end_of_group else 0)
         )
 
-    def encode(self) -> bytes:
-        out = encode_varint(self.stream_type)
-        out += encode_varint(self.track_alias) + encode_varint(self.group_id)
+    def encode(self, draft: Draft = DRAFT_14) -> bytes:
+        out = draft.wire.varint(self.stream_type)
+        out += draft.wire.varint(self.track_alias) + draft.wire.varint(self.group_id)
         if self.subgroup_id_mode == SubgroupIdMode.EXPLICIT:
-            out += encode_varint(self.subgroup_id)  # type: ignore[arg-type]
+            out += draft.wire.varint(self.subgroup_id)  # type: ignore[arg-type]
         return out + bytes((self.publisher_priority,))
 
     @classmethod
@@ -136,8 +136,8 @@ class SubgroupHeader:
 class FetchHeader:
     request_id: int
 
-    def encode(self) -> bytes:
-        return encode_varint(FETCH_HEADER_TYPE) + encode_varint(self.request_id)
+    def encode(self, draft: Draft = DRAFT_14) -> bytes:
+        return draft.wire.varint(FETCH_HEADER_TYPE) + draft.wire.varint(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +168,12 @@ class ObjectBody:
             raise ValueError("extensions need a stream type that carries them")
         if self.status not in draft.object_statuses:
             raise ValueError(f"{draft} has no object status {self.status.name}")
-        out = encode_bytes(_extensions_out(self.extensions, draft)) if with_extensions else b""
-        out += encode_varint(len(self.payload))
+        out = (
+            draft.wire.bytes_vi(_extensions_out(self.extensions, draft)) if with_extensions else b""
+        )
+        out += draft.wire.varint(len(self.payload))
         if not self.payload and with_status:
-            out += encode_varint(self.status)
+            out += draft.wire.varint(self.status)
         return out + self.payload
 
     @classmethod
@@ -204,7 +206,7 @@ class SubgroupObject:
         delta = self.object_id if previous_id is None else self.object_id - previous_id - 1
         if delta < 0:
             raise ValueError(f"object id {self.object_id} does not follow {previous_id}")
-        return encode_varint(delta) + self.body.encode_stream_tail(header.extensions, draft)
+        return draft.wire.varint(delta) + self.body.encode_stream_tail(header.extensions, draft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +222,9 @@ class FetchObject:
         draft 14 writes every field, draft 16 what `previous` does not imply."""
         if not draft.fetch_flags:
             return (
-                encode_varint(self.group_id)
-                + encode_varint(self.subgroup_id)
-                + encode_varint(self.object_id)
+                draft.wire.varint(self.group_id)
+                + draft.wire.varint(self.subgroup_id)
+                + draft.wire.varint(self.object_id)
                 + bytes((self.publisher_priority,))
                 + self.body.encode_stream_tail(with_extensions=True)
             )
@@ -232,7 +234,7 @@ class FetchObject:
         same_group = previous is not None and previous.group_id == self.group_id
         if not same_group:
             flags |= _FETCH_GROUP
-            fields += encode_varint(self.group_id)
+            fields += draft.wire.varint(self.group_id)
         prior_subgroup = None if previous is None else previous.subgroup_id
         if self.subgroup_id == 0:
             mode = _FETCH_SUBGROUP_ZERO
@@ -244,17 +246,17 @@ class FetchObject:
             mode = _FETCH_SUBGROUP_FIELD
         flags |= mode
         if mode == _FETCH_SUBGROUP_FIELD:
-            fields += encode_varint(self.subgroup_id)
+            fields += draft.wire.varint(self.subgroup_id)
         if not same_group or self.object_id != previous.object_id + 1:  # type: ignore[union-attr]
             flags |= _FETCH_OBJECT
-            fields += encode_varint(self.object_id)
+            fields += draft.wire.varint(self.object_id)
         if previous is None or previous.publisher_priority != self.publisher_priority:
             flags |= _FETCH_PRIORITY
             fields += bytes((self.publisher_priority,))
         if self.body.extensions:
             flags |= _FETCH_EXTENSIONS
         tail = self.body.encode_stream_tail(bool(self.body.extensions), draft, with_status=False)
-        return encode_varint(flags) + fields + tail
+        return draft.wire.varint(flags) + fields + tail
 
     @classmethod
     def decode(
@@ -351,14 +353,14 @@ class ObjectDatagram:
             else (_DATAGRAM_END_OF_GROUP if self.end_of_group else 0)
             | (_DATAGRAM_NO_OBJECT_ID if self.object_id == 0 else 0)
         )
-        out = encode_varint(datagram_type)
-        out += encode_varint(self.track_alias) + encode_varint(self.group_id)
+        out = draft.wire.varint(datagram_type)
+        out += draft.wire.varint(self.track_alias) + draft.wire.varint(self.group_id)
         if is_status or self.object_id != 0:
-            out += encode_varint(self.object_id)
+            out += draft.wire.varint(self.object_id)
         out += bytes((self.publisher_priority,))
         if body.extensions:
-            out += encode_bytes(_extensions_out(body.extensions, draft))
-        return out + (encode_varint(body.status) if is_status else body.payload)
+            out += draft.wire.bytes_vi(_extensions_out(body.extensions, draft))
+        return out + (draft.wire.varint(body.status) if is_status else body.payload)
 
 
 def _datagram_type_known(datagram_type: int, draft: Draft) -> bool:
@@ -372,7 +374,7 @@ def _datagram_type_known(datagram_type: int, draft: Draft) -> bool:
 
 def decode_datagram(data: Buffer, draft: Draft = DRAFT_14) -> ObjectDatagram:
     """Parse a whole OBJECT_DATAGRAM; any shortfall is malformed (a datagram is complete)."""
-    reader = Reader(data)
+    reader = draft.wire.reader(data)
     try:
         datagram_type = reader.varint()
         if not _datagram_type_known(datagram_type, draft):
@@ -409,7 +411,7 @@ def _read_extensions(reader: Reader, draft: Draft) -> bytes:
     pairs = decode_kvps(raw, draft.delta_types)
     if not draft.delta_types:
         return raw
-    absolute = encode_kvps(pairs)
+    absolute = draft.wire.kvps(pairs)
     if len(absolute) > MAX_EXTENSIONS_LENGTH:
         raise DecodeError(f"extensions longer than {MAX_EXTENSIONS_LENGTH} bytes as draft 14's")
     return absolute
@@ -418,7 +420,7 @@ def _read_extensions(reader: Reader, draft: Draft) -> bytes:
 def _extensions_out(raw: bytes, draft: Draft) -> bytes:
     if not raw or not draft.delta_types:
         return raw
-    return encode_kvps(decode_kvps(raw), delta=True)
+    return draft.wire.kvps(decode_kvps(raw), delta=True)
 
 
 def _read_status(reader: Reader, draft: Draft) -> ObjectStatus:
@@ -491,7 +493,7 @@ class DataStreamParser:
         pos = 0
         end = len(view)
         while pos < end:
-            reader = Reader(view, pos, end)
+            reader = self.draft.wire.reader(view, pos, end)
             try:
                 item = self._parse_item(reader)
             except NeedMoreData as exc:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .wire import QUIC_VARINTS, Encoder
+
 LEGACY_ALPN = "moq-00"
 """The ALPN of drafts 07 to 14 over raw QUIC: the version is negotiated in SETUP."""
 DRAFT_14_VERSION = 0xFF00000E
@@ -22,6 +24,9 @@ DRAFT_14_VERSION = 0xFF00000E
 class Draft:
     number: int
     alpn: str
+    wire: Encoder
+    """How integers are written, everywhere a session writes one (and `wire.reader` how
+    they are read): QUIC varints, or draft 18's vi64."""
     setup_version: int | None
     """The version CLIENT_SETUP lists and SERVER_SETUP picks; None where the ALPN names
     the draft and SETUP carries no version."""
@@ -58,6 +63,7 @@ class Draft:
 DRAFT_14 = Draft(
     14,
     LEGACY_ALPN,
+    QUIC_VARINTS,
     setup_version=DRAFT_14_VERSION,
     delta_types=False,
     request_parameters=False,
@@ -70,6 +76,7 @@ DRAFT_14 = Draft(
 DRAFT_16 = Draft(
     16,
     "moqt-16",
+    QUIC_VARINTS,
     setup_version=None,
     delta_types=True,
     request_parameters=True,

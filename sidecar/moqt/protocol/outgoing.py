@@ -246,7 +246,7 @@ class Outgoing:
         if self._closed():
             raise UsageError("session is closed")
         with caller_errors():
-            data = header.encode()
+            data = header.encode(self._draft)
         stream_id = self._quic.get_next_available_stream_id(True)
         self._quic.send_stream_data(stream_id, data, False)
         self._streams[stream_id] = OutStream(request_id, header)

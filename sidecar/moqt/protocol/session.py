@@ -83,6 +83,7 @@ from .messages import (
     decode_buffered,
     family_reply,
 )
+from .messages.parameters import authorization_token
 from .model import FullTrackName, GroupOrder, Location
 from .outgoing import Outgoing, caller_errors
 from .request_ids import RequestIds
@@ -154,7 +155,9 @@ class MoqtSession(NamespaceRequests):
             params = SetupParameters(
                 path=path,
                 max_request_id=self._ids.granted,
-                authorization_tokens=() if authorization is None else (authorization,),
+                authorization_tokens=()
+                if authorization is None
+                else (authorization_token(authorization, draft),),
                 authority=authority,
                 implementation=implementation,
             )

@@ -1,8 +1,9 @@
-"""Primitive MoQT draft-14 encodings: varints, tuples, key-value pairs, reason phrases.
+"""Primitive MoQT encodings: integers, tuples, key-value pairs, reason phrases.
 
-Encoders are pure functions returning ``bytes``. Decoding goes through ``Reader``, a cursor over
-a buffer that never copies more than the item it returns, and that tells *truncated* input
-(``NeedMoreData``: wait for more bytes) from *malformed* input (``DecodeError``: close).
+An `Encoder` (one per integer form: QUIC varints, draft 18's vi64) returns ``bytes``.
+Decoding goes through its ``Reader``, a cursor over a buffer that never copies more than the
+item it returns, and that tells *truncated* input (``NeedMoreData``: wait for more bytes)
+from *malformed* input (``DecodeError``: close).
 Every length read from the wire is checked against a cap before anything is sliced, so a
 peer can never make us allocate more than the caps below.
 """
@@ -17,6 +18,7 @@ from .model import Location
 Buffer = bytes | bytearray | memoryview
 
 MAX_VARINT = (1 << 62) - 1
+MAX_VI64 = (1 << 64) - 1
 MAX_TUPLE_FIELDS = 32
 MAX_FULL_TRACK_NAME = 4096
 MAX_KVP_BYTES = 65535
@@ -26,77 +28,120 @@ MAX_REASON_PHRASE = 1024
 KeyValuePair = tuple[int, int | bytes]
 
 
-def encode_varint(value: int) -> bytes:
-    """QUIC variable-length integer (RFC 9000 §16), always in its shortest form."""
-    if value < 0x40:
-        if value < 0:
-            raise ValueError(f"varint must not be negative: {value}")
-        return bytes((value,))
-    if value < 0x4000:
-        return (value | 0x4000).to_bytes(2, "big")
-    if value < 0x40000000:
-        return (value | 0x80000000).to_bytes(4, "big")
-    if value <= MAX_VARINT:
-        return (value | 0xC000000000000000).to_bytes(8, "big")
-    raise ValueError(f"varint too large: {value}")
+class Encoder:
+    """The composite encodings (strings, tuples, locations, key-value pairs), each built on
+    one integer form: the QUIC varint (RFC 9000 §16) here, draft 18's vi64 in `Vi64Encoder`.
+    A draft names its encoder (`Draft.wire`); `reader` gives the matching `Reader`."""
+
+    MAX_INT = MAX_VARINT
+
+    def varint(self, value: int) -> bytes:
+        """A QUIC variable-length integer, always in its shortest form."""
+        if value < 0x40:
+            if value < 0:
+                raise ValueError(f"varint must not be negative: {value}")
+            return bytes((value,))
+        if value < 0x4000:
+            return (value | 0x4000).to_bytes(2, "big")
+        if value < 0x40000000:
+            return (value | 0x80000000).to_bytes(4, "big")
+        if value <= MAX_VARINT:
+            return (value | 0xC000000000000000).to_bytes(8, "big")
+        raise ValueError(f"varint too large: {value}")
+
+    def reader(self, data: Buffer, pos: int = 0, end: int | None = None) -> Reader:
+        return Reader(data, pos, end)
+
+    def bytes_vi(self, value: bytes) -> bytes:
+        """``bytes(vi)``: a length, then the bytes."""
+        return self.varint(len(value)) + value
+
+    def tuple(self, fields: tuple[bytes, ...]) -> bytes:
+        """A Track Namespace tuple: field count, then each field as ``bytes(vi)``."""
+        if len(fields) > MAX_TUPLE_FIELDS:
+            raise ValueError(f"namespace has {len(fields)} fields, at most {MAX_TUPLE_FIELDS}")
+        if sum(map(len, fields)) > MAX_FULL_TRACK_NAME:
+            raise ValueError(f"namespace longer than {MAX_FULL_TRACK_NAME} bytes")
+        return self.varint(len(fields)) + b"".join(self.bytes_vi(f) for f in fields)
+
+    def location(self, location: Location) -> bytes:
+        return self.varint(location.group) + self.varint(location.object)
+
+    def reason(self, reason: str) -> bytes:
+        raw = reason.encode()
+        if len(raw) > MAX_REASON_PHRASE:
+            raise ValueError(f"reason phrase is {len(raw)} bytes, at most {MAX_REASON_PHRASE}")
+        return self.bytes_vi(raw)
+
+    def kvps(self, pairs: Iterable[KeyValuePair], delta: bool = False) -> bytes:
+        """Key-value pairs without a count (the form used inside extension headers). `delta`
+        (draft 16 on): each type is sent as the difference from the one before, so the
+        pairs go out sorted by type (pairs of one type keep their order)."""
+        out = bytearray()
+        previous = 0
+        for key, value in sorted(pairs, key=lambda pair: pair[0]) if delta else pairs:
+            out += self.varint(key - previous if delta else key)
+            previous = key
+            if key % 2 == 0:
+                if not isinstance(value, int):
+                    raise ValueError(f"even key {key:#x} needs an int value")
+                out += self.varint(value)
+            else:
+                if not isinstance(value, bytes):
+                    raise ValueError(f"odd key {key:#x} needs a bytes value")
+                if len(value) > MAX_KVP_BYTES:
+                    raise ValueError(f"value of key {key:#x} is longer than {MAX_KVP_BYTES}")
+                out += self.bytes_vi(value)
+        return bytes(out)
+
+    def parameters(self, pairs: tuple[KeyValuePair, ...], delta: bool = False) -> bytes:
+        """Parameters as in control messages: a count, then the pairs."""
+        return self.varint(len(pairs)) + self.kvps(pairs, delta)
 
 
-def encode_bytes(value: bytes) -> bytes:
-    """``bytes(vi)``: a varint length, then the bytes."""
-    return encode_varint(len(value)) + value
+class Vi64Encoder(Encoder):
+    """Draft 18's integers ("vi64"): the count of leading 1 bits in the first byte says how
+    many bytes follow it (0 to 8), so any 64-bit value fits, in 1 to 9 bytes."""
+
+    MAX_INT = MAX_VI64
+
+    def varint(self, value: int) -> bytes:
+        if value < 0x80:
+            if value < 0:
+                raise ValueError(f"vi64 must not be negative: {value}")
+            return bytes((value,))
+        for length in range(2, 9):
+            if value < 1 << (7 * length):
+                prefix = (0xFF << (9 - length)) & 0xFF
+                return ((prefix << (8 * (length - 1))) | value).to_bytes(length, "big")
+        if value <= MAX_VI64:
+            return b"\xff" + value.to_bytes(8, "big")
+        raise ValueError(f"vi64 too large: {value}")
+
+    def reader(self, data: Buffer, pos: int = 0, end: int | None = None) -> Reader:
+        return Vi64Reader(data, pos, end)
 
 
-def encode_tuple(fields: tuple[bytes, ...]) -> bytes:
-    """A Track Namespace tuple: field count, then each field as ``bytes(vi)``."""
-    if len(fields) > MAX_TUPLE_FIELDS:
-        raise ValueError(f"namespace has {len(fields)} fields, at most {MAX_TUPLE_FIELDS}")
-    if sum(map(len, fields)) > MAX_FULL_TRACK_NAME:
-        raise ValueError(f"namespace longer than {MAX_FULL_TRACK_NAME} bytes")
-    return encode_varint(len(fields)) + b"".join(encode_bytes(f) for f in fields)
+QUIC_VARINTS = Encoder()
+"""Drafts 14 and 16: QUIC varints. Its methods also serve code that has no draft (the
+catalog, tests) under the names below."""
+VI64 = Vi64Encoder()
+
+encode_varint = QUIC_VARINTS.varint
+encode_bytes = QUIC_VARINTS.bytes_vi
+encode_tuple = QUIC_VARINTS.tuple
+encode_location = QUIC_VARINTS.location
+encode_reason = QUIC_VARINTS.reason
+encode_kvps = QUIC_VARINTS.kvps
+encode_parameters = QUIC_VARINTS.parameters
 
 
-def encode_location(location: Location) -> bytes:
-    return encode_varint(location.group) + encode_varint(location.object)
-
-
-def encode_reason(reason: str) -> bytes:
-    raw = reason.encode()
-    if len(raw) > MAX_REASON_PHRASE:
-        raise ValueError(f"reason phrase is {len(raw)} bytes, at most {MAX_REASON_PHRASE}")
-    return encode_bytes(raw)
-
-
-def encode_kvps(pairs: Iterable[KeyValuePair], delta: bool = False) -> bytes:
-    """Key-value pairs without a count (the form used inside extension headers). `delta`
-    (draft 16 on): each type is sent as the difference from the one before, so the pairs go
-    out sorted by type (pairs of one type keep their order)."""
-    out = bytearray()
-    previous = 0
-    for key, value in sorted(pairs, key=lambda pair: pair[0]) if delta else pairs:
-        out += encode_varint(key - previous if delta else key)
-        previous = key
-        if key % 2 == 0:
-            if not isinstance(value, int):
-                raise ValueError(f"even key {key:#x} needs an int value")
-            out += encode_varint(value)
-        else:
-            if not isinstance(value, bytes):
-                raise ValueError(f"odd key {key:#x} needs a bytes value")
-            if len(value) > MAX_KVP_BYTES:
-                raise ValueError(f"value of key {key:#x} is longer than {MAX_KVP_BYTES}")
-            out += encode_bytes(value)
-    return bytes(out)
-
-
-def encode_parameters(pairs: tuple[KeyValuePair, ...], delta: bool = False) -> bytes:
-    """Parameters as in control messages: a count, then the pairs."""
-    return encode_varint(len(pairs)) + encode_kvps(pairs, delta)
-
-
-def decode_kvps(data: Buffer, delta: bool = False) -> tuple[KeyValuePair, ...]:
+def decode_kvps(
+    data: Buffer, delta: bool = False, encoder: Encoder = QUIC_VARINTS
+) -> tuple[KeyValuePair, ...]:
     """Parse a whole buffer of count-less key-value pairs (an extension block)."""
     try:
-        return Reader(data).kvps(delta)
+        return encoder.reader(data).kvps(delta)
     except NeedMoreData as exc:
         raise DecodeError(
             "truncated key-value pair", SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
@@ -104,7 +149,10 @@ def decode_kvps(data: Buffer, delta: bool = False) -> tuple[KeyValuePair, ...]:
 
 
 class Reader:
-    """A cursor over ``data[pos:end]``; raises ``NeedMoreData`` when it would read past ``end``."""
+    """A cursor over ``data[pos:end]``; raises ``NeedMoreData`` when it would read past ``end``.
+    Its integers are QUIC varints; `Vi64Reader` reads draft 18's."""
+
+    MAX_INT = MAX_VARINT
 
     __slots__ = ("data", "end", "pos")
 
@@ -201,7 +249,7 @@ class Reader:
         key = self.varint()
         if previous is not None:
             key += previous
-            if key > MAX_VARINT:
+            if key > self.MAX_INT:
                 raise DecodeError(
                     f"key-value type {key:#x} past the largest",
                     SessionErrorCode.KEY_VALUE_FORMATTING_ERROR,
@@ -236,3 +284,28 @@ class Reader:
             pairs.append(pair)
             previous = pair[0]
         return tuple(pairs)
+
+
+class Vi64Reader(Reader):
+    """A `Reader` of draft 18's vi64 integers (see `Vi64Encoder`)."""
+
+    __slots__ = ()
+    MAX_INT = MAX_VI64
+
+    def varint(self) -> int:
+        pos = self.pos
+        if pos >= self.end:
+            raise NeedMoreData("vi64")
+        first = self.data[pos]
+        if first < 0x80:
+            self.pos = pos + 1
+            return first
+        ones = 8 - (~first & 0xFF).bit_length()
+        length = ones + 1
+        if pos + length > self.end:
+            raise NeedMoreData("vi64")
+        value = int.from_bytes(self.data[pos : pos + length], "big")
+        self.pos = pos + length
+        if ones == 8:
+            return value & MAX_VI64
+        return value & ((1 << (7 * length)) - 1)

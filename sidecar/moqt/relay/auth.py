@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import jwt
 
+from ..protocol.drafts import Draft
 from ..protocol.errors import DecodeError, SessionErrorCode
 from ..protocol.messages.parameters import SetupParameters, token_value
 
@@ -138,9 +139,10 @@ class Authorizer:
         self._key = key
         self._public = None if public is None else segments(public)
 
-    def grant(self, setup: SetupParameters, now: float | None = None) -> Grant:
-        """The grant of a session from its CLIENT_SETUP; AuthError to refuse the session."""
-        token = _token_of(setup)
+    def grant(self, setup: SetupParameters, draft: Draft, now: float | None = None) -> Grant:
+        """The grant of a session from its SETUP (read as `draft` writes it); AuthError to
+        refuse the session."""
+        token = _token_of(setup, draft)
         if token is None:
             if self._public is not None:
                 return Grant(self._public, self._public)
@@ -174,12 +176,12 @@ class Authorizer:
         )
 
 
-def _token_of(setup: SetupParameters) -> str | None:
+def _token_of(setup: SetupParameters, draft: Draft) -> str | None:
     """The JWT a client sent: its AUTHORIZATION_TOKEN, else the setup PATH's ``jwt``."""
     if len(setup.authorization_tokens) > 1:
         raise AuthError(SessionErrorCode.MALFORMED_AUTH_TOKEN, "one token per session")
     for raw in setup.authorization_tokens:
-        return _token_value(raw)
+        return _token_value(raw, draft)
     if setup.path is None:
         return None
     query = urlsplit(setup.path.decode("utf-8", errors="replace")).query
@@ -187,9 +189,9 @@ def _token_of(setup: SetupParameters) -> str | None:
     return values[0] if values else None
 
 
-def _token_value(raw: bytes) -> str:
+def _token_value(raw: bytes, draft: Draft) -> str:
     try:
-        return token_value(raw).decode("utf-8")
+        return token_value(raw, draft).decode("utf-8")
     except DecodeError as exc:
         raise AuthError(exc.code, exc.reason) from None
     except UnicodeDecodeError:

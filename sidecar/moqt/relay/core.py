@@ -133,7 +133,7 @@ class Relay(Origin):
         if self.authorizer is None:
             return
         try:
-            peer.access = self.authorizer.grant(event.parameters)
+            peer.access = self.authorizer.grant(event.parameters, event.draft)
         except AuthError as exc:
             self._refuse_session(peer, exc)
 

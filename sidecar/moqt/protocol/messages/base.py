@@ -20,12 +20,6 @@ from ..wire import (
     KeyValuePair,
     Reader,
     decode_kvps,
-    encode_bytes,
-    encode_kvps,
-    encode_location,
-    encode_reason,
-    encode_tuple,
-    encode_varint,
 )
 from .parameters import (
     EXPIRES,
@@ -60,10 +54,10 @@ class FilterType(IntEnum):
 # Shared field helpers.
 
 
-def _encode_track(track: FullTrackName) -> bytes:
+def _encode_track(track: FullTrackName, draft: Draft) -> bytes:
     if sum(map(len, track.namespace)) + len(track.name) > MAX_FULL_TRACK_NAME:
         raise ValueError(f"full track name longer than {MAX_FULL_TRACK_NAME} bytes")
-    return encode_tuple(track.namespace) + encode_bytes(track.name)
+    return draft.wire.tuple(track.namespace) + draft.wire.bytes_vi(track.name)
 
 
 def _read_track(reader: Reader) -> FullTrackName:
@@ -81,11 +75,11 @@ def _read_group_order(reader: Reader, allow_default: bool) -> GroupOrder:
     return GroupOrder(value)
 
 
-def _encode_optional_location(location: Location | None) -> bytes:
+def _encode_optional_location(location: Location | None, draft: Draft) -> bytes:
     """``content_exists u8`` then the location if it is there."""
     if location is None:
         return b"\x00"
-    return b"\x01" + encode_location(location)
+    return b"\x01" + draft.wire.location(location)
 
 
 def _read_optional_location(reader: Reader) -> Location | None:
@@ -106,12 +100,12 @@ class SubscriptionFilter:
         if (self.start is not None) != wants_start or (self.end_group is not None) != wants_end:
             raise ValueError(f"fields do not match filter type {self.filter_type!r}")
 
-    def encode(self) -> bytes:
-        out = encode_varint(self.filter_type)
+    def encode(self, draft: Draft) -> bytes:
+        out = draft.wire.varint(self.filter_type)
         if self.start is not None:
-            out += encode_location(self.start)
+            out += draft.wire.location(self.start)
         if self.end_group is not None:
-            out += encode_varint(self.end_group)
+            out += draft.wire.varint(self.end_group)
         return out
 
     @classmethod
@@ -147,6 +141,7 @@ def field_pairs(
     subscriber_priority: int | None = None,
     filter: SubscriptionFilter | None = None,
     group_order: GroupOrder | None = None,
+    draft: Draft,
 ) -> list[KeyValuePair]:
     """The parameters a draft-16 message sends for the fields given (None: the message has
     no such field). An expiry of 0 and the publisher's group order are their defaults, left
@@ -155,13 +150,13 @@ def field_pairs(
     if expires:
         pairs.append((EXPIRES, expires))
     if largest is not None:
-        pairs.append((LARGEST_OBJECT, encode_location(largest)))
+        pairs.append((LARGEST_OBJECT, draft.wire.location(largest)))
     if forward is not None:
         pairs.append((FORWARD, int(forward)))
     if subscriber_priority is not None:
         pairs.append((SUBSCRIBER_PRIORITY, subscriber_priority))
     if filter is not None:
-        pairs.append((SUBSCRIPTION_FILTER, filter.encode()))
+        pairs.append((SUBSCRIPTION_FILTER, filter.encode(draft)))
     if group_order not in (None, GroupOrder.PUBLISHER_DEFAULT):
         pairs.append((GROUP_ORDER, int(group_order)))  # type: ignore[arg-type]
     return pairs
@@ -172,6 +167,7 @@ class Fields:
     """Draft 16's field parameters of one message, read with draft 14's defaults."""
 
     pairs: dict[int, int | bytes]
+    draft: Draft
 
     def _int(self, key: int, default: int, largest: int, what: str) -> int:
         value = self.pairs.get(key, default)
@@ -182,7 +178,7 @@ class Fields:
 
     def _struct(self, key: int) -> Reader | None:
         value = self.pairs.get(key)
-        return None if value is None else Reader(value)  # type: ignore[arg-type]
+        return None if value is None else self.draft.wire.reader(value)  # type: ignore[arg-type]
 
     @property
     def expires(self) -> int:
@@ -235,7 +231,7 @@ def _whole(reader: Reader, read: Callable[[], _T]) -> _T:
 
 def decode_fields(reader: Reader, draft: Draft) -> tuple[Fields, Parameters]:
     fields, parameters = decode_message_parameters(reader, draft)
-    return Fields(fields), parameters
+    return Fields(fields, draft), parameters
 
 
 def track_report(
@@ -244,18 +240,18 @@ def track_report(
     """The parameter block of a draft-16 reply that reports on a track (SUBSCRIBE_OK,
     REQUEST_OK)."""
     return encode_message_parameters(
-        field_pairs(expires=expires, largest=largest), parameters, draft
+        field_pairs(expires=expires, largest=largest, draft=draft), parameters, draft
     )
 
 
-def encode_track_extensions(group_order: GroupOrder, parameters: Parameters) -> bytes:
+def encode_track_extensions(group_order: GroupOrder, parameters: Parameters, draft: Draft) -> bytes:
     """Draft 16's trailing track extensions (no count: they run to the message's end)."""
     pairs: list[KeyValuePair] = []
     if parameters.max_cache_duration is not None:
         pairs.append((MAX_CACHE_DURATION, parameters.max_cache_duration))
     if group_order == GroupOrder.DESCENDING:
         pairs.append((DEFAULT_PUBLISHER_GROUP_ORDER, int(group_order)))
-    return encode_kvps(pairs, delta=True)
+    return draft.wire.kvps(pairs, delta=True)
 
 
 def decode_track_extensions(
@@ -315,7 +311,7 @@ class ControlMessage:
         payload = self.encode_payload(draft)
         if len(payload) > MAX_MESSAGE_LENGTH:
             raise ValueError(f"{type(self).__name__} payload of {len(payload)} bytes is too long")
-        return encode_varint(self.wire_type(draft)) + len(payload).to_bytes(2, "big") + payload
+        return draft.wire.varint(self.wire_type(draft)) + len(payload).to_bytes(2, "big") + payload
 
     def encode_payload(self, draft: Draft) -> bytes:
         raise NotImplementedError
@@ -343,7 +339,7 @@ def decode_control(data: Buffer, draft: Draft = DRAFT_14) -> tuple[ControlMessag
     Raises ``NeedMoreData`` while the frame is incomplete and ``DecodeError`` for an unknown
     type or a payload whose fields do not fill its length exactly.
     """
-    reader = Reader(data)
+    reader = draft.wire.reader(data)
     message_type = reader.varint()
     cls = _REGISTRY[draft.number].get(message_type)
     if cls is None:
@@ -352,7 +348,7 @@ def decode_control(data: Buffer, draft: Draft = DRAFT_14) -> tuple[ControlMessag
     end = reader.pos + length
     if end > reader.end:
         raise NeedMoreData("control message payload")
-    payload = Reader(reader.data, reader.pos, end)
+    payload = draft.wire.reader(reader.data, reader.pos, end)
     try:
         message = cls.decode_payload(payload, draft)
     except NeedMoreData:
@@ -381,7 +377,11 @@ def decode_buffered(buffer: bytearray, draft: Draft) -> list[ControlMessage]:
 
 
 def delivery_pairs(
-    forward: bool, subscriber_priority: int, filter: SubscriptionFilter, group_order: GroupOrder
+    forward: bool,
+    subscriber_priority: int,
+    filter: SubscriptionFilter,
+    group_order: GroupOrder,
+    draft: Draft,
 ) -> list[KeyValuePair]:
     """Draft 16's parameters for a subscription's delivery (SUBSCRIBE, PUBLISH_OK)."""
     return field_pairs(
@@ -389,6 +389,7 @@ def delivery_pairs(
         subscriber_priority=subscriber_priority,
         filter=filter,
         group_order=group_order,
+        draft=draft,
     )
 
 
@@ -399,7 +400,7 @@ class _RequestIdOnly(ControlMessage):
     request_id: int
 
     def encode_payload(self, draft: Draft) -> bytes:
-        return encode_varint(self.request_id)
+        return draft.wire.varint(self.request_id)
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
@@ -427,7 +428,7 @@ class RequestOk(ControlMessage):
     parameters: Parameters = NO_PARAMETERS
 
     def encode_payload(self, draft: Draft) -> bytes:
-        return encode_varint(self.request_id) + track_report(
+        return draft.wire.varint(self.request_id) + track_report(
             self.expires, self.largest, self.parameters, draft
         )
 
@@ -455,10 +456,10 @@ class RequestError(ControlMessage):
     def encode_payload(self, draft: Draft) -> bytes:
         return b"".join(
             (
-                encode_varint(self.request_id),
-                encode_varint(self.error_code),
-                encode_varint(self.retry_interval),
-                encode_reason(self.reason),
+                draft.wire.varint(self.request_id),
+                draft.wire.varint(self.error_code),
+                draft.wire.varint(self.retry_interval),
+                draft.wire.reason(self.reason),
             )
         )
 
@@ -480,7 +481,7 @@ class _OkOfRequest(_RequestIdOnly):
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_replies:
             return RequestOk(self.request_id).encode_payload(draft)
-        return encode_varint(self.request_id)
+        return draft.wire.varint(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,9 +506,9 @@ class _RequestError(ControlMessage):
             code = self.RENUMBERED.get(self.error_code, self.error_code)
             return RequestError(self.request_id, code, 0, self.reason).encode_payload(draft)
         return (
-            encode_varint(self.request_id)
-            + encode_varint(self.error_code)
-            + encode_reason(self.reason)
+            draft.wire.varint(self.request_id)
+            + draft.wire.varint(self.error_code)
+            + draft.wire.reason(self.reason)
         )
 
     @classmethod
@@ -536,10 +537,10 @@ class _SubscribeLayout(ControlMessage):
     """Whether draft 16 sends the delivery fields (TRACK_STATUS does not)."""
 
     def encode_payload(self, draft: Draft) -> bytes:
-        head = encode_varint(self.request_id) + _encode_track(self.track)
+        head = draft.wire.varint(self.request_id) + _encode_track(self.track, draft)
         if draft.request_parameters:
             fields = delivery_pairs(
-                self.forward, self.subscriber_priority, self.filter, self.group_order
+                self.forward, self.subscriber_priority, self.filter, self.group_order, draft
             )
             return head + encode_message_parameters(
                 fields if self.DELIVERY else (), self.parameters, draft
@@ -548,7 +549,7 @@ class _SubscribeLayout(ControlMessage):
             (
                 head,
                 bytes((self.subscriber_priority, self.group_order, self.forward)),
-                self.filter.encode(),
+                self.filter.encode(draft),
                 self.parameters.encode(draft),
             )
         )
@@ -595,19 +596,19 @@ class _SubscribeOkLayout(ControlMessage):
         if draft.request_parameters:
             return b"".join(
                 (
-                    encode_varint(self.request_id),
-                    encode_varint(self.track_alias),
+                    draft.wire.varint(self.request_id),
+                    draft.wire.varint(self.track_alias),
                     track_report(self.expires, self.largest, self.parameters, draft),
-                    encode_track_extensions(self.group_order, self.parameters),
+                    encode_track_extensions(self.group_order, self.parameters, draft),
                 )
             )
         return b"".join(
             (
-                encode_varint(self.request_id),
-                encode_varint(self.track_alias),
-                encode_varint(self.expires),
+                draft.wire.varint(self.request_id),
+                draft.wire.varint(self.track_alias),
+                draft.wire.varint(self.expires),
                 bytes((self.group_order,)),
-                _encode_optional_location(self.largest),
+                _encode_optional_location(self.largest, draft),
                 self.parameters.encode(draft),
             )
         )
@@ -638,7 +639,7 @@ class _NamespaceOnly(ControlMessage):
     namespace: tuple[bytes, ...]
 
     def encode_payload(self, draft: Draft) -> bytes:
-        return encode_tuple(self.namespace)
+        return draft.wire.tuple(self.namespace)
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:

@@ -12,8 +12,6 @@ from ..errors import FETCH_RENUMBERED, DecodeError
 from ..model import FullTrackName, GroupOrder, Location, ObjectStatus, TrackObject
 from ..wire import (
     Reader,
-    encode_location,
-    encode_varint,
 )
 from .base import (
     ControlMessage,
@@ -83,29 +81,33 @@ class Fetch(ControlMessage):
         if isinstance(target, StandaloneFetch):
             end_object = 0 if target.end_object is None else target.end_object + 1
             body = (
-                _encode_track(target.track)
-                + encode_location(target.start)
-                + encode_location(Location(target.end_group, end_object))
+                _encode_track(target.track, draft)
+                + draft.wire.location(target.start)
+                + draft.wire.location(Location(target.end_group, end_object))
             )
         else:
-            body = encode_varint(target.joining_request_id) + encode_varint(target.joining_start)
+            body = draft.wire.varint(target.joining_request_id) + draft.wire.varint(
+                target.joining_start
+            )
         if draft.request_parameters:
             fields = field_pairs(
-                subscriber_priority=self.subscriber_priority, group_order=self.group_order
+                subscriber_priority=self.subscriber_priority,
+                group_order=self.group_order,
+                draft=draft,
             )
             return b"".join(
                 (
-                    encode_varint(self.request_id),
-                    encode_varint(self.fetch_type),
+                    draft.wire.varint(self.request_id),
+                    draft.wire.varint(self.fetch_type),
                     body,
                     encode_message_parameters(fields, self.parameters, draft),
                 )
             )
         return b"".join(
             (
-                encode_varint(self.request_id),
+                draft.wire.varint(self.request_id),
                 bytes((self.subscriber_priority, self.group_order)),
-                encode_varint(self.fetch_type),
+                draft.wire.varint(self.fetch_type),
                 body,
                 self.parameters.encode(draft),
             )
@@ -175,18 +177,18 @@ class FetchOk(ControlMessage):
         if draft.request_parameters:
             return b"".join(
                 (
-                    encode_varint(self.request_id),
+                    draft.wire.varint(self.request_id),
                     bytes((self.end_of_track,)),
-                    encode_location(self.end),
+                    draft.wire.location(self.end),
                     encode_message_parameters((), self.parameters, draft),
-                    encode_track_extensions(self.group_order, self.parameters),
+                    encode_track_extensions(self.group_order, self.parameters, draft),
                 )
             )
         return b"".join(
             (
-                encode_varint(self.request_id),
+                draft.wire.varint(self.request_id),
                 bytes((self.group_order, self.end_of_track)),
-                encode_location(self.end),
+                draft.wire.location(self.end),
                 self.parameters.encode(draft),
             )
         )

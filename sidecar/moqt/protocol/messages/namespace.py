@@ -21,9 +21,6 @@ from ..errors import (
 )
 from ..wire import (
     Reader,
-    encode_reason,
-    encode_tuple,
-    encode_varint,
 )
 from .base import (
     ControlMessage,
@@ -40,10 +37,10 @@ from .parameters import (
 )
 
 
-def _request_id_of(message: PublishNamespaceDone | PublishNamespaceCancel) -> bytes:
+def _request_id_of(message: PublishNamespaceDone | PublishNamespaceCancel, draft: Draft) -> bytes:
     if message.request_id is None:
         raise ValueError(f"{type(message).__name__} needs the request id from draft 16 on")
-    return encode_varint(message.request_id)
+    return draft.wire.varint(message.request_id)
 
 
 @_register
@@ -58,8 +55,8 @@ class PublishNamespace(ControlMessage):
 
     def encode_payload(self, draft: Draft) -> bytes:
         return (
-            encode_varint(self.request_id)
-            + encode_tuple(self.namespace)
+            draft.wire.varint(self.request_id)
+            + draft.wire.tuple(self.namespace)
             + encode_message_parameters((), self.parameters, draft)
         )
 
@@ -96,8 +93,8 @@ class PublishNamespaceDone(ControlMessage):
 
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_replies:
-            return _request_id_of(self)
-        return encode_tuple(self.namespace)
+            return _request_id_of(self, draft)
+        return draft.wire.tuple(self.namespace)
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
@@ -121,11 +118,15 @@ class PublishNamespaceCancel(ControlMessage):
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_replies:
             code = PUBLISH_NAMESPACE_RENUMBERED.get(self.error_code, self.error_code)
-            return _request_id_of(self) + encode_varint(code) + encode_reason(self.reason)
+            return (
+                _request_id_of(self, draft)
+                + draft.wire.varint(code)
+                + draft.wire.reason(self.reason)
+            )
         return (
-            encode_tuple(self.namespace)
-            + encode_varint(self.error_code)
-            + encode_reason(self.reason)
+            draft.wire.tuple(self.namespace)
+            + draft.wire.varint(self.error_code)
+            + draft.wire.reason(self.reason)
         )
 
     @classmethod
@@ -164,11 +165,11 @@ class SubscribeNamespace(ControlMessage):
     options: NamespaceOptions = NamespaceOptions.BOTH
 
     def encode_payload(self, draft: Draft) -> bytes:
-        options = encode_varint(self.options) if draft.request_parameters else b""
+        options = draft.wire.varint(self.options) if draft.request_parameters else b""
         return b"".join(
             (
-                encode_varint(self.request_id),
-                encode_tuple(self.namespace),
+                draft.wire.varint(self.request_id),
+                draft.wire.tuple(self.namespace),
                 options,
                 encode_message_parameters((), self.parameters, draft),
             )

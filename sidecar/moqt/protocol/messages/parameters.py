@@ -15,8 +15,6 @@ from ..errors import DecodeError, MoqtError, SessionErrorCode
 from ..wire import (
     KeyValuePair,
     Reader,
-    encode_parameters,
-    encode_varint,
 )
 
 EXPIRES = 0x08
@@ -42,18 +40,18 @@ aliases, which need a token cache: kvmoq offers none (MAX_AUTH_TOKEN_CACHE_SIZE 
 MAX_TOKEN_BYTES = 8192
 
 
-def authorization_token(value: bytes, token_type: int = 0) -> bytes:
+def authorization_token(value: bytes, draft: Draft, token_type: int = 0) -> bytes:
     """An AUTHORIZATION_TOKEN parameter value that carries ``value`` whole (no Token Type
     is registered yet: 0, agreed out of band)."""
-    return encode_varint(TOKEN_USE_VALUE) + encode_varint(token_type) + value
+    return draft.wire.varint(TOKEN_USE_VALUE) + draft.wire.varint(token_type) + value
 
 
-def token_value(raw: bytes) -> bytes:
+def token_value(raw: bytes, draft: Draft) -> bytes:
     """The token an AUTHORIZATION_TOKEN parameter carries; DecodeError if malformed, too
     long, or an alias."""
     if len(raw) > MAX_TOKEN_BYTES:
         raise DecodeError("token longer than allowed", SessionErrorCode.MALFORMED_AUTH_TOKEN)
-    reader = Reader(raw)
+    reader = draft.wire.reader(raw)
     try:
         alias_type = reader.varint()
         reader.varint()  # Token Type: what the value is, agreed out of band
@@ -90,7 +88,7 @@ class _ParameterSet:
         return (*out, *self.unknown)
 
     def encode(self, draft: Draft = DRAFT_14) -> bytes:
-        return encode_parameters(self.pairs(draft), draft.delta_types)
+        return draft.wire.parameters(self.pairs(draft), draft.delta_types)
 
     @classmethod
     def decode(cls, reader: Reader, draft: Draft = DRAFT_14) -> Self:
@@ -168,7 +166,7 @@ def encode_message_parameters(
 ) -> bytes:
     """A message's parameter block: draft 16's `fields` (see FIELD_KEYS; none under draft
     14, which sends them as fixed fields) and `parameters`."""
-    return encode_parameters((*fields, *parameters.pairs(draft)), draft.delta_types)
+    return draft.wire.parameters((*fields, *parameters.pairs(draft)), draft.delta_types)
 
 
 def decode_message_parameters(

@@ -10,7 +10,6 @@ from ..errors import PUBLISH_RENUMBERED
 from ..model import FullTrackName, GroupOrder, Location
 from ..wire import (
     Reader,
-    encode_varint,
 )
 from .base import (
     DEFAULT_FILTER,
@@ -48,24 +47,24 @@ class Publish(ControlMessage):
 
     def encode_payload(self, draft: Draft) -> bytes:
         head = (
-            encode_varint(self.request_id)
-            + _encode_track(self.track)
-            + encode_varint(self.track_alias)
+            draft.wire.varint(self.request_id)
+            + _encode_track(self.track, draft)
+            + draft.wire.varint(self.track_alias)
         )
         if draft.request_parameters:
-            fields = field_pairs(largest=self.largest, forward=self.forward)
+            fields = field_pairs(largest=self.largest, forward=self.forward, draft=draft)
             return b"".join(
                 (
                     head,
                     encode_message_parameters(fields, self.parameters, draft),
-                    encode_track_extensions(self.group_order, self.parameters),
+                    encode_track_extensions(self.group_order, self.parameters, draft),
                 )
             )
         return b"".join(
             (
                 head,
                 bytes((self.group_order,)),
-                _encode_optional_location(self.largest),
+                _encode_optional_location(self.largest, draft),
                 bytes((self.forward,)),
                 self.parameters.encode(draft),
             )
@@ -104,16 +103,16 @@ class PublishOk(ControlMessage):
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_parameters:
             fields = delivery_pairs(
-                self.forward, self.subscriber_priority, self.filter, self.group_order
+                self.forward, self.subscriber_priority, self.filter, self.group_order, draft
             )
-            return encode_varint(self.request_id) + encode_message_parameters(
+            return draft.wire.varint(self.request_id) + encode_message_parameters(
                 fields, self.parameters, draft
             )
         return b"".join(
             (
-                encode_varint(self.request_id),
+                draft.wire.varint(self.request_id),
                 bytes((self.forward, self.subscriber_priority, self.group_order)),
-                self.filter.encode(),
+                self.filter.encode(draft),
                 self.parameters.encode(draft),
             )
         )

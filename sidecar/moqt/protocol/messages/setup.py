@@ -9,8 +9,6 @@ from typing import ClassVar, Self
 from ..drafts import Draft
 from ..wire import (
     Reader,
-    encode_bytes,
-    encode_varint,
 )
 from .base import MAX_GOAWAY_URI, ControlMessage, _register, _RequestIdOnly
 from .parameters import NO_SETUP_PARAMETERS, SetupParameters
@@ -31,8 +29,8 @@ class ClientSetup(ControlMessage):
         parameters = self.parameters.encode(draft)
         if draft.setup_version is None:
             return parameters
-        versions = b"".join(encode_varint(v) for v in self.versions)
-        return encode_varint(len(self.versions)) + versions + parameters
+        versions = b"".join(draft.wire.varint(v) for v in self.versions)
+        return draft.wire.varint(len(self.versions)) + versions + parameters
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
@@ -59,7 +57,7 @@ class ServerSetup(ControlMessage):
             return parameters
         if self.version is None:
             raise ValueError(f"SERVER_SETUP names its version in {draft}")
-        return encode_varint(self.version) + parameters
+        return draft.wire.varint(self.version) + parameters
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
@@ -75,7 +73,7 @@ class Goaway(ControlMessage):
     new_session_uri: bytes = b""
 
     def encode_payload(self, draft: Draft) -> bytes:
-        return encode_bytes(self.new_session_uri)
+        return draft.wire.bytes_vi(self.new_session_uri)
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:

@@ -10,9 +10,6 @@ from ..errors import PUBLISH_DONE_RENUMBERED, SUBSCRIBE_RENUMBERED, draft_14_cod
 from ..model import Location
 from ..wire import (
     Reader,
-    encode_location,
-    encode_reason,
-    encode_varint,
 )
 from .base import (
     UNKNOWN_STREAM_COUNT,
@@ -72,7 +69,7 @@ class SubscribeUpdate(ControlMessage):
     parameters: Parameters = NO_PARAMETERS
 
     def encode_payload(self, draft: Draft) -> bytes:
-        ids = encode_varint(self.request_id) + encode_varint(self.subscription_request_id)
+        ids = draft.wire.varint(self.request_id) + draft.wire.varint(self.subscription_request_id)
         if draft.request_parameters:
             if self.end_group is None:
                 range_ = SubscriptionFilter(FilterType.ABSOLUTE_START, self.start)
@@ -81,15 +78,18 @@ class SubscribeUpdate(ControlMessage):
             else:
                 range_ = SubscriptionFilter(FilterType.ABSOLUTE_RANGE, self.start, self.end_group)
             fields = field_pairs(
-                forward=self.forward, subscriber_priority=self.subscriber_priority, filter=range_
+                forward=self.forward,
+                subscriber_priority=self.subscriber_priority,
+                filter=range_,
+                draft=draft,
             )
             return ids + encode_message_parameters(fields, self.parameters, draft)
         end = 0 if self.end_group is None else self.end_group + 1
         return b"".join(
             (
                 ids,
-                encode_location(self.start),
-                encode_varint(end),
+                draft.wire.location(self.start),
+                draft.wire.varint(end),
                 bytes((self.subscriber_priority, self.forward)),
                 self.parameters.encode(draft),
             )
@@ -150,10 +150,10 @@ class PublishDone(ControlMessage):
             status = PUBLISH_DONE_RENUMBERED.get(status, status)
         return b"".join(
             (
-                encode_varint(self.request_id),
-                encode_varint(status),
-                encode_varint(self.stream_count),
-                encode_reason(self.reason),
+                draft.wire.varint(self.request_id),
+                draft.wire.varint(status),
+                draft.wire.varint(self.stream_count),
+                draft.wire.reason(self.reason),
             )
         )
 
