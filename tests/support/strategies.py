@@ -202,6 +202,22 @@ _BY_REQUEST_ID = {
     ),
 }
 """Where a later draft's form carries what draft 14's does not (request ids, options)."""
+_DRAFT_18 = {
+    m.Setup: st.builds(m.Setup, setup_parameters),
+    m.Goaway: st.builds(m.Goaway, st.binary(max_size=64), varints, st.none() | varints),
+    m.Subscribe: st.builds(
+        m.Subscribe,
+        **{
+            **_subscribe_fields,
+            "parameters": st.builds(
+                m.Parameters,
+                authorization_tokens=st.lists(st.binary(max_size=8), max_size=2).map(tuple),
+                rendezvous_timeout=st.none() | varints,
+            ),
+        },
+    ),
+}
+"""What draft 18 adds: its SETUP, GOAWAY's timeout and request id, the rendezvous."""
 
 
 def strategies_of(
@@ -209,6 +225,8 @@ def strategies_of(
 ) -> dict[type[m.ControlMessage], st.SearchStrategy[m.ControlMessage]]:
     """Per message class a session of `draft` can send, its strategy."""
     chosen = MESSAGE_STRATEGIES if draft == DRAFT_14 else {**MESSAGE_STRATEGIES, **_BY_REQUEST_ID}
+    if draft.request_streams:
+        chosen = {**chosen, **_DRAFT_18}
     return {cls: s for cls, s in chosen.items() if cls.spoken_in(draft)}
 
 

@@ -10,20 +10,21 @@ payload is capped (``max_payload``), and once it knows how long an object is it 
 again until that many bytes are there, so a large object costs one copy in and one copy out.
 
 Extension headers are kept as the raw bytes of their key-value pairs as draft 14 codes them
-(absolute types): within draft 14 relays forward them untouched (re-encoding could change a
-non-minimal varint); a draft that codes types as deltas gets them converted on the way out and
-in. They are checked on arrival.
+(absolute types, QUIC varints): within draft 14 relays forward them untouched (re-encoding
+could change a non-minimal varint); a later draft (types as deltas, draft 18's integers)
+gets them converted on the way out and in. They are checked on arrival.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from .drafts import DRAFT_14, Draft
 from .errors import DecodeError, NeedMoreData, ObjectTooLarge
 from .model import ObjectStatus
-from .wire import Buffer, Reader, decode_kvps
+from .wire import Buffer, Reader, decode_kvps, encode_kvps
 
 DEFAULT_MAX_OBJECT_PAYLOAD = 64 * 1024 * 1024
 MAX_EXTENSIONS_LENGTH = 65535
@@ -33,6 +34,7 @@ _SUBGROUP_BASE = 0x10
 _SUBGROUP_EXTENSIONS = 0x01
 _SUBGROUP_END_OF_GROUP = 0x08
 _SUBGROUP_DEFAULT_PRIORITY = 0x20
+_SUBGROUP_FIRST_OBJECT = 0x40
 _DATAGRAM_EXTENSIONS = 0x01
 _DATAGRAM_END_OF_GROUP = 0x02
 _DATAGRAM_NO_OBJECT_ID = 0x04
@@ -53,8 +55,12 @@ class SubgroupIdMode(IntEnum):
 
 def is_subgroup_type(stream_type: int, draft: Draft = DRAFT_14) -> bool:
     """0x10-0x15 and 0x18-0x1D (and, where the priority may be left out, 0x30-0x35 and
-    0x38-0x3D); mode 0b11 (0x16/0x17/0x1E/0x1F ...) is invalid."""
+    0x38-0x3D; where a stream may say it starts the subgroup, those | 0x40); mode 0b11
+    (0x16/0x17/0x1E/0x1F ...) is invalid. kvmoq reads the first-object bit and sets none:
+    what a relay may always do."""
     optional = _SUBGROUP_DEFAULT_PRIORITY if draft.omitted_priority else 0
+    if draft.first_object_flag:
+        optional |= _SUBGROUP_FIRST_OBJECT
     return stream_type & ~(0x0F | optional) == _SUBGROUP_BASE and (stream_type >> 1) & 0x03 != 0x03
 
 
@@ -219,7 +225,8 @@ class FetchObject:
 
     def encode(self, previous: FetchObject | None = None, draft: Draft = DRAFT_14) -> bytes:
         """The object as it follows `previous` (None for the first) on its FETCH stream;
-        draft 14 writes every field, draft 16 what `previous` does not imply."""
+        draft 14 writes every field, draft 16 what `previous` does not imply, draft 18 that
+        as steps from `previous` (groups counted down where the fetch is descending)."""
         if not draft.fetch_flags:
             return (
                 draft.wire.varint(self.group_id)
@@ -232,9 +239,13 @@ class FetchObject:
             raise ValueError(f"{draft}'s FETCH objects carry no status")
         flags, fields = 0, b""
         same_group = previous is not None and previous.group_id == self.group_id
+        stepped = draft.fetch_deltas and previous is not None
         if not same_group:
             flags |= _FETCH_GROUP
-            fields += draft.wire.varint(self.group_id)
+            if stepped:
+                fields += draft.wire.varint(abs(self.group_id - previous.group_id) - 1)  # type: ignore[union-attr]
+            else:
+                fields += draft.wire.varint(self.group_id)
         prior_subgroup = None if previous is None else previous.subgroup_id
         if self.subgroup_id == 0:
             mode = _FETCH_SUBGROUP_ZERO
@@ -249,7 +260,13 @@ class FetchObject:
             fields += draft.wire.varint(self.subgroup_id)
         if not same_group or self.object_id != previous.object_id + 1:  # type: ignore[union-attr]
             flags |= _FETCH_OBJECT
-            fields += draft.wire.varint(self.object_id)
+            if stepped and same_group:
+                step = self.object_id - previous.object_id  # type: ignore[union-attr]
+                if step < 0:
+                    raise ValueError(f"object {self.object_id} after {previous.object_id}")  # type: ignore[union-attr]
+                fields += draft.wire.varint(step)
+            else:
+                fields += draft.wire.varint(self.object_id)
         if previous is None or previous.publisher_priority != self.publisher_priority:
             flags |= _FETCH_PRIORITY
             fields += bytes((self.publisher_priority,))
@@ -265,8 +282,10 @@ class FetchObject:
         max_payload: int,
         previous: FetchObject | None = None,
         draft: Draft = DRAFT_14,
+        descending: bool = False,
     ) -> FetchObject | FetchRangeEnd:
-        """The next object (or, in draft 16, end-of-range marker) of a FETCH stream."""
+        """The next object (or, from draft 16, end-of-range marker) of a FETCH stream;
+        `descending`: the fetch's groups come newest first (draft 18 steps down to them)."""
         if not draft.fetch_flags:
             return cls(
                 reader.varint(),
@@ -284,7 +303,16 @@ class FetchObject:
             flags & _FETCH_GROUP and flags & _FETCH_OBJECT and flags & _FETCH_PRIORITY
         ):
             raise DecodeError("the first FETCH object leaves out what no object before it says")
-        group = reader.varint() if flags & _FETCH_GROUP else previous.group_id  # type: ignore[union-attr]
+        stepped = draft.fetch_deltas and previous is not None
+        if not flags & _FETCH_GROUP:
+            group = previous.group_id  # type: ignore[union-attr]
+        elif stepped:
+            step = reader.varint() + 1
+            group = previous.group_id - step if descending else previous.group_id + step  # type: ignore[union-attr]
+            if group < 0 or group > draft.wire.MAX_INT:
+                raise DecodeError(f"FETCH group step of {step} leaves the group ids")
+        else:
+            group = reader.varint()
         mode = flags & 0x03
         if flags & _FETCH_DATAGRAM or mode == _FETCH_SUBGROUP_ZERO:
             subgroup = 0
@@ -294,7 +322,14 @@ class FetchObject:
             raise DecodeError("the first FETCH object names its subgroup by the one before")
         else:
             subgroup = previous.subgroup_id + (mode == _FETCH_SUBGROUP_NEXT)
-        object_id = reader.varint() if flags & _FETCH_OBJECT else previous.object_id + 1  # type: ignore[union-attr]
+        if not flags & _FETCH_OBJECT:
+            object_id = previous.object_id + 1  # type: ignore[union-attr]
+        elif stepped and not flags & _FETCH_GROUP:
+            object_id = previous.object_id + reader.varint()  # type: ignore[union-attr]
+            if object_id > draft.wire.MAX_INT:
+                raise DecodeError("FETCH object step past the largest object id")
+        else:
+            object_id = reader.varint()
         priority = reader.u8() if flags & _FETCH_PRIORITY else previous.publisher_priority  # type: ignore[union-attr]
         body = ObjectBody.decode_stream_tail(
             reader, bool(flags & _FETCH_EXTENSIONS), max_payload, draft, with_status=False
@@ -408,17 +443,17 @@ def _read_extensions(reader: Reader, draft: Draft) -> bytes:
     if length > MAX_EXTENSIONS_LENGTH:
         raise DecodeError(f"extensions of {length} bytes exceed {MAX_EXTENSIONS_LENGTH}")
     raw = bytes(reader.raw(length))
-    pairs = decode_kvps(raw, draft.delta_types)
-    if not draft.delta_types:
+    pairs = decode_kvps(raw, draft.delta_types, draft.wire)
+    if draft.kvps_as_kept:
         return raw
-    absolute = draft.wire.kvps(pairs)
+    absolute = encode_kvps(pairs)
     if len(absolute) > MAX_EXTENSIONS_LENGTH:
         raise DecodeError(f"extensions longer than {MAX_EXTENSIONS_LENGTH} bytes as draft 14's")
     return absolute
 
 
 def _extensions_out(raw: bytes, draft: Draft) -> bytes:
-    if not raw or not draft.delta_types:
+    if not raw or draft.kvps_as_kept:
         return raw
     return draft.wire.kvps(decode_kvps(raw), delta=True)
 
@@ -451,10 +486,17 @@ class DataStreamParser:
     """
 
     def __init__(
-        self, max_payload: int = DEFAULT_MAX_OBJECT_PAYLOAD, draft: Draft = DRAFT_14
+        self,
+        max_payload: int = DEFAULT_MAX_OBJECT_PAYLOAD,
+        draft: Draft = DRAFT_14,
+        descending: Callable[[int], bool] | None = None,
     ) -> None:
+        """`descending`: whether the FETCH of a request id is served newest group first
+        (draft 18 counts its groups down then); None: every fetch ascends."""
         self.max_payload = max_payload
         self.draft = draft
+        self._descending_of = descending
+        self._descending = False
         self.header: StreamHeader | None = None
         # Resolved subgroup id (FIRST_OBJECT mode learns it from the first object).
         self.subgroup_id: int | None = None
@@ -520,7 +562,9 @@ class DataStreamParser:
             return SubgroupObject(object_id, body)
         if isinstance(header, FetchHeader):
             previous = self._previous_fetched
-            item = FetchObject.decode(reader, self.max_payload, previous, self.draft)
+            item = FetchObject.decode(
+                reader, self.max_payload, previous, self.draft, self._descending
+            )
             if isinstance(item, FetchRangeEnd):
                 # The next object's ids count from the marker's; its subgroup and priority
                 # from the last object's.
@@ -534,6 +578,8 @@ class DataStreamParser:
         stream_type = reader.varint()
         if stream_type == FETCH_HEADER_TYPE:
             self.header = FetchHeader(reader.varint())
+            if self._descending_of is not None:
+                self._descending = self._descending_of(self.header.request_id)
         elif is_subgroup_type(stream_type, self.draft):
             self.header = SubgroupHeader.decode_after_type(stream_type, reader)
             self.subgroup_id = self.header.subgroup_id

@@ -9,10 +9,11 @@ namespace half) reads that field, and nothing else asks which draft a session ru
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .wire import QUIC_VARINTS, Encoder
+from .errors import PUBLISH_DONE_RENUMBERED_16, PUBLISH_DONE_RENUMBERED_18
+from .wire import QUIC_VARINTS, VI64, Encoder
 
 LEGACY_ALPN = "moq-00"
 """The ALPN of drafts 07 to 14 over raw QUIC: the version is negotiated in SETUP."""
@@ -54,7 +55,38 @@ class Draft:
     missing object is a gap in the ids)."""
     namespace_streams: bool
     """A SUBSCRIBE_NAMESPACE opens a stream of its own, where its reply, then NAMESPACE and
-    NAMESPACE_DONE come; closing the stream unsubscribes (`namespace_streams.py`)."""
+    NAMESPACE_DONE come; closing the stream unsubscribes (`session_namespaces.py`)."""
+    namespace_options: bool
+    """SUBSCRIBE_NAMESPACE says whether it wants namespaces, tracks or both (draft 16's
+    Subscribe Options; draft 18 asks for tracks with SUBSCRIBE_TRACKS instead)."""
+    request_streams: bool
+    """Every request opens a bidirectional stream of its own; its replies, updates and
+    PUBLISH_DONE travel there with no request id (the stream names the request), and it is
+    withdrawn by resetting the stream (no UNSUBSCRIBE, FETCH_CANCEL or PUBLISH_NAMESPACE_DONE
+    / _CANCEL). No MAX_REQUEST_ID: the QUIC stream limit bounds the open requests. Each side
+    sends one SETUP, on a unidirectional stream of its own."""
+    typed_parameters: bool
+    """Message parameters are not key-value pairs: each type has its own value form (a
+    byte, an integer, a bare location, or length-prefixed bytes)."""
+    end_group_delta: bool
+    """A subscription filter's end group is sent as its distance from the start group."""
+    fetch_deltas: bool
+    """A FETCH stream's objects carry their group and object ids as deltas from the
+    previous object's."""
+    first_object_flag: bool
+    """Subgroup header types 0x50-0x7D: bit 0x40 says the stream starts at the subgroup's
+    first object."""
+    publish_done_renumbered: Mapping[int, int]
+    """PUBLISH_DONE status codes this draft numbers otherwise than draft 14."""
+    rendezvous: bool
+    """A SUBSCRIBE may ask a relay to hold it until the track has a publisher
+    (RENDEZVOUS_TIMEOUT, parameter 0x04); one that does not is refused at once."""
+
+    @property
+    def kvps_as_kept(self) -> bool:
+        """Whether this draft writes key-value pairs as kvmoq keeps them (draft 14's form:
+        absolute types, QUIC varints), so a relay may forward them untouched."""
+        return not self.delta_types and self.wire is QUIC_VARINTS
 
     def __str__(self) -> str:
         return f"draft-{self.number:02d}"
@@ -72,6 +104,14 @@ DRAFT_14 = Draft(
     omitted_priority=False,
     object_statuses=frozenset({0x0, 0x1, 0x3, 0x4}),
     namespace_streams=False,
+    namespace_options=False,
+    request_streams=False,
+    typed_parameters=False,
+    end_group_delta=False,
+    fetch_deltas=False,
+    first_object_flag=False,
+    publish_done_renumbered={},
+    rendezvous=False,
 )
 DRAFT_16 = Draft(
     16,
@@ -85,10 +125,43 @@ DRAFT_16 = Draft(
     omitted_priority=True,
     object_statuses=frozenset({0x0, 0x3, 0x4}),
     namespace_streams=True,
+    namespace_options=True,
+    request_streams=False,
+    typed_parameters=False,
+    end_group_delta=False,
+    fetch_deltas=False,
+    first_object_flag=False,
+    publish_done_renumbered=PUBLISH_DONE_RENUMBERED_16,
+    rendezvous=False,
+)
+DRAFT_18 = Draft(
+    18,
+    "moqt-18",
+    VI64,
+    setup_version=None,
+    delta_types=True,
+    request_parameters=True,
+    request_replies=True,
+    fetch_flags=True,
+    omitted_priority=True,
+    object_statuses=frozenset({0x0, 0x3, 0x4}),
+    namespace_streams=True,
+    namespace_options=False,
+    request_streams=True,
+    typed_parameters=True,
+    end_group_delta=True,
+    fetch_deltas=True,
+    first_object_flag=True,
+    publish_done_renumbered=PUBLISH_DONE_RENUMBERED_18,
+    rendezvous=True,
 )
 
+CODED: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16, DRAFT_18)}
+"""Every draft whose messages and objects kvmoq can encode and decode. Draft 18's sessions
+are not built yet (its SETUP, request streams and rendezvous), so it is not spoken."""
+
 DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16)}
-"""Every draft whose messages kvmoq can encode."""
+"""Every draft a session can speak."""
 SPOKEN: tuple[Draft, ...] = (DRAFT_16, DRAFT_14)
 """What a session offers unless told otherwise, newest first: every draft kvmoq speaks, so
 a relay serves peers of each and a client gets the newest its peer speaks."""

@@ -112,13 +112,18 @@ class RequestErrorCode(IntEnum):
     NOT_SUPPORTED = 0x3
     MALFORMED_AUTH_TOKEN = 0x4
     EXPIRED_AUTH_TOKEN = 0x5
+    GOING_AWAY = 0x6  # draft 18
+    EXCESSIVE_LOAD = 0x9  # draft 18
     DOES_NOT_EXIST = 0x10
     INVALID_RANGE = 0x11
     MALFORMED_TRACK = 0x12
     DUPLICATE_SUBSCRIPTION = 0x19
     UNINTERESTED = 0x20
     PREFIX_OVERLAP = 0x30
+    NAMESPACE_TOO_LARGE = 0x31  # draft 18
     INVALID_JOINING_REQUEST_ID = 0x32
+    UNSUPPORTED_EXTENSION = 0x33  # draft 18
+    REDIRECT = 0x34  # draft 18: a Redirect (where to ask instead) follows the reason
 
 
 _AUTH_RENUMBERED = {
@@ -174,8 +179,14 @@ class PublishDoneStatus(IntEnum):
     MALFORMED_TRACK = 0x7
 
 
-PUBLISH_DONE_RENUMBERED: dict[int, int] = {PublishDoneStatus.MALFORMED_TRACK: 0x12}
+PUBLISH_DONE_RENUMBERED_16: dict[int, int] = {PublishDoneStatus.MALFORMED_TRACK: 0x12}
 """Draft 16 moved MALFORMED_TRACK to REQUEST_ERROR's number."""
+PUBLISH_DONE_RENUMBERED_18: dict[int, int] = {
+    **PUBLISH_DONE_RENUMBERED_16,
+    PublishDoneStatus.EXPIRED: 0x6,
+    PublishDoneStatus.TOO_FAR_BEHIND: 0x5,
+}
+"""Draft 18 swapped EXPIRED and TOO_FAR_BEHIND (to match the stream reset codes)."""
 
 
 class StreamResetCode(IntEnum):

@@ -21,6 +21,7 @@ from .base import (
     DEFAULT_FILTER,
     MAX_GOAWAY_URI,
     MAX_MESSAGE_LENGTH,
+    ON_STREAM,
     UNKNOWN_STREAM_COUNT,
     ControlMessage,
     FilterType,
@@ -62,7 +63,7 @@ from .replies import (
     REQUEST_OF_OK,
     family_reply,
 )
-from .setup import ClientSetup, Goaway, MaxRequestId, RequestsBlocked, ServerSetup
+from .setup import ClientSetup, Goaway, MaxRequestId, RequestsBlocked, ServerSetup, Setup
 from .subscribe import (
     PublishDone,
     Subscribe,
@@ -86,6 +87,7 @@ __all__ = [
     "MAX_MESSAGE_LENGTH",
     "NO_PARAMETERS",
     "NO_SETUP_PARAMETERS",
+    "ON_STREAM",
     "REQUEST_OF_ERROR",
     "REQUEST_OF_OK",
     "UNKNOWN_STREAM_COUNT",
@@ -117,6 +119,7 @@ __all__ = [
     "RequestOk",
     "RequestsBlocked",
     "ServerSetup",
+    "Setup",
     "SetupParameters",
     "StandaloneFetch",
     "Subscribe",

@@ -6,13 +6,13 @@ several families reuse (one body per layout, the wire type being the only differ
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Self, TypeVar
 
-from ..drafts import DRAFT_14, DRAFTS, Draft
-from ..errors import DecodeError, NeedMoreData, draft_14_code
+from ..drafts import CODED, DRAFT_14, Draft
+from ..errors import DecodeError, NeedMoreData, RequestErrorCode, draft_14_code
 from ..model import FullTrackName, GroupOrder, Location
 from ..wire import (
     MAX_FULL_TRACK_NAME,
@@ -53,6 +53,20 @@ class FilterType(IntEnum):
 # ---------------------------------------------------------------------------------------------
 # Shared field helpers.
 
+ON_STREAM = -1
+"""The request id of a reply (or update, or PUBLISH_DONE) that a draft with request streams
+sends without one: the stream it came on names the request, and the session fills it in."""
+
+
+def reply_id(request_id: int, draft: Draft) -> bytes:
+    """A reply's request id, where the draft sends it."""
+    return b"" if draft.request_streams else draft.wire.varint(request_id)
+
+
+def read_reply_id(reader: Reader, draft: Draft) -> int:
+    return ON_STREAM if draft.request_streams else reader.varint()
+
+
 
 def _encode_track(track: FullTrackName, draft: Draft) -> bytes:
     if sum(map(len, track.namespace)) + len(track.name) > MAX_FULL_TRACK_NAME:
@@ -60,8 +74,8 @@ def _encode_track(track: FullTrackName, draft: Draft) -> bytes:
     return draft.wire.tuple(track.namespace) + draft.wire.bytes_vi(track.name)
 
 
-def _read_track(reader: Reader) -> FullTrackName:
-    namespace = reader.tuple()
+def _read_track(reader: Reader, allow_empty: bool = False) -> FullTrackName:
+    namespace = reader.tuple(allow_empty)
     name = reader.bytes_vi(MAX_FULL_TRACK_NAME, "track name")
     if sum(map(len, namespace)) + len(name) > MAX_FULL_TRACK_NAME:
         raise DecodeError(f"full track name longer than {MAX_FULL_TRACK_NAME} bytes")
@@ -105,11 +119,12 @@ class SubscriptionFilter:
         if self.start is not None:
             out += draft.wire.location(self.start)
         if self.end_group is not None:
-            out += draft.wire.varint(self.end_group)
+            first = self.start.group if draft.end_group_delta else 0  # type: ignore[union-attr]
+            out += draft.wire.varint(self.end_group - first)
         return out
 
     @classmethod
-    def decode(cls, reader: Reader) -> SubscriptionFilter:
+    def decode(cls, reader: Reader, draft: Draft) -> SubscriptionFilter:
         value = reader.varint()
         try:
             filter_type = FilterType(value)
@@ -119,7 +134,7 @@ class SubscriptionFilter:
         if filter_type in (FilterType.ABSOLUTE_START, FilterType.ABSOLUTE_RANGE):
             start = reader.location()
         if filter_type == FilterType.ABSOLUTE_RANGE:
-            end_group = reader.varint()
+            end_group = reader.varint() + (start.group if draft.end_group_delta else 0)  # type: ignore[union-attr]
             if end_group < start.group:  # type: ignore[union-attr]
                 raise DecodeError("subscription ends before it starts")
         return cls(filter_type, start, end_group)
@@ -212,7 +227,7 @@ class Fields:
         reader = self._struct(SUBSCRIPTION_FILTER)
         if reader is None:
             return DEFAULT_FILTER
-        return _whole(reader, lambda: SubscriptionFilter.decode(reader))
+        return _whole(reader, lambda: SubscriptionFilter.decode(reader, self.draft))
 
 
 _T = TypeVar("_T")
@@ -255,11 +270,11 @@ def encode_track_extensions(group_order: GroupOrder, parameters: Parameters, dra
 
 
 def decode_track_extensions(
-    reader: Reader, parameters: Parameters
+    reader: Reader, parameters: Parameters, draft: Draft
 ) -> tuple[GroupOrder, Parameters]:
     """The group order and cache duration of the trailing track extensions; the others are
     the track's properties, which nothing here reads."""
-    extensions = dict(decode_kvps(reader.raw(reader.remaining), delta=True))
+    extensions = dict(decode_kvps(reader.raw(reader.remaining), True, draft.wire))
     order = extensions.get(DEFAULT_PUBLISHER_GROUP_ORDER, GroupOrder.ASCENDING)
     if order not in (GroupOrder.ASCENDING, GroupOrder.DESCENDING):
         raise DecodeError(f"track group order {order!r}")
@@ -272,7 +287,7 @@ def decode_track_extensions(
 # ---------------------------------------------------------------------------------------------
 # The message base and registry.
 
-_REGISTRY: dict[int, dict[int, type[ControlMessage]]] = {number: {} for number in DRAFTS}
+_REGISTRY: dict[int, dict[int, type[ControlMessage]]] = {number: {} for number in CODED}
 """Per draft number, the message class each wire type decodes to."""
 
 
@@ -286,6 +301,8 @@ class ControlMessage:
     """
 
     TYPE: ClassVar[int]
+    TYPE_FROM: ClassVar[tuple[tuple[int, int], ...]] = ()
+    """(draft, type) where a later draft numbers this message otherwise, oldest first."""
     NEW_REQUEST: ClassVar[bool] = False
     SINCE: ClassVar[int] = 14
     UNTIL: ClassVar[int | None] = None
@@ -302,8 +319,13 @@ class ControlMessage:
         """Whether this message can be sent in a session of `draft`."""
         return cls.decoded_in(draft.number) or (cls.REPLACED and draft.number >= cls.SINCE)
 
+    @classmethod
+    def type_in(cls, number: int) -> int:
+        """This message's type in draft `number`."""
+        return next((t for since, t in reversed(cls.TYPE_FROM) if number >= since), cls.TYPE)
+
     def wire_type(self, draft: Draft) -> int:
-        return self.TYPE
+        return self.type_in(draft.number)
 
     def encode(self, draft: Draft = DRAFT_14) -> bytes:
         if not self.spoken_in(draft):
@@ -327,21 +349,27 @@ _M = TypeVar("_M", bound=type["ControlMessage"])
 def _register(cls: _M) -> _M:
     for number, table in _REGISTRY.items():
         if cls.decoded_in(number):
-            assert cls.TYPE not in table, (number, hex(cls.TYPE))
-            table[cls.TYPE] = cls
+            wire_type = cls.type_in(number)
+            assert wire_type not in table, (number, hex(wire_type))
+            table[wire_type] = cls
     return cls
 
 
-def decode_control(data: Buffer, draft: Draft = DRAFT_14) -> tuple[ControlMessage, int]:
+def decode_control(
+    data: Buffer,
+    draft: Draft = DRAFT_14,
+    read_as: Mapping[int, type[ControlMessage]] | None = None,
+) -> tuple[ControlMessage, int]:
     """Decode the framed message at the front of ``data`` as `draft` has it; return it and
-    the bytes it used.
+    the bytes it used. `read_as` names the class of types whose meaning depends on the
+    request stream they come on (`replies.READ_AS`).
 
     Raises ``NeedMoreData`` while the frame is incomplete and ``DecodeError`` for an unknown
     type or a payload whose fields do not fill its length exactly.
     """
     reader = draft.wire.reader(data)
     message_type = reader.varint()
-    cls = _REGISTRY[draft.number].get(message_type)
+    cls = (read_as or {}).get(message_type) or _REGISTRY[draft.number].get(message_type)
     if cls is None:
         raise DecodeError(f"unknown control message type {message_type:#x} in {draft}")
     length = reader.u16()
@@ -358,7 +386,11 @@ def decode_control(data: Buffer, draft: Draft = DRAFT_14) -> tuple[ControlMessag
     return message, end
 
 
-def decode_buffered(buffer: bytearray, draft: Draft) -> list[ControlMessage]:
+def decode_buffered(
+    buffer: bytearray,
+    draft: Draft,
+    read_as: Mapping[int, type[ControlMessage]] | None = None,
+) -> list[ControlMessage]:
     """The whole messages at the front of a stream's `buffer`, which keeps what follows
     them (part of the next). A malformed one raises, and the buffer is left as it was: a
     propagating error's traceback still holds views of it, so it cannot be resized then,
@@ -367,7 +399,7 @@ def decode_buffered(buffer: bytearray, draft: Draft) -> list[ControlMessage]:
     consumed = 0
     try:
         while consumed < len(buffer):
-            message, length = decode_control(memoryview(buffer)[consumed:], draft)
+            message, length = decode_control(memoryview(buffer)[consumed:], draft, read_as)
             consumed += length
             messages.append(message)
     except NeedMoreData:
@@ -428,14 +460,17 @@ class RequestOk(ControlMessage):
     parameters: Parameters = NO_PARAMETERS
 
     def encode_payload(self, draft: Draft) -> bytes:
-        return draft.wire.varint(self.request_id) + track_report(
+        # Draft 18 ends it with track properties: kvmoq states none here.
+        return reply_id(self.request_id, draft) + track_report(
             self.expires, self.largest, self.parameters, draft
         )
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
-        request_id = reader.varint()
+        request_id = read_reply_id(reader, draft)
         fields, parameters = decode_fields(reader, draft)
+        if draft.request_streams:
+            _, parameters = decode_track_extensions(reader, parameters, draft)
         return cls(request_id, fields.expires, fields.largest, parameters)
 
 
@@ -454,18 +489,27 @@ class RequestError(ControlMessage):
     reason: str = ""
 
     def encode_payload(self, draft: Draft) -> bytes:
+        redirect = b""
+        if draft.request_streams and self.error_code == RequestErrorCode.REDIRECT:
+            redirect = b"\x00\x00\x00"  # kvmoq names no target: this session, same names
         return b"".join(
             (
-                draft.wire.varint(self.request_id),
+                reply_id(self.request_id, draft),
                 draft.wire.varint(self.error_code),
                 draft.wire.varint(self.retry_interval),
                 draft.wire.reason(self.reason),
+                redirect,
             )
         )
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
-        return cls(reader.varint(), reader.varint(), reader.varint(), reader.reason())
+        error = cls(read_reply_id(reader, draft), reader.varint(), reader.varint(), reader.reason())
+        if draft.request_streams and error.error_code == RequestErrorCode.REDIRECT:
+            # Where to ask instead: kvmoq does not follow redirects, but reads them whole.
+            reader.bytes_vi(MAX_GOAWAY_URI, "redirect URI")
+            _read_track(reader, allow_empty=True)
+        return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,7 +618,7 @@ class _SubscribeLayout(ControlMessage):
             subscriber_priority=reader.u8(),
             group_order=_read_group_order(reader, allow_default=True),
             forward=reader.flag("forward"),
-            filter=SubscriptionFilter.decode(reader),
+            filter=SubscriptionFilter.decode(reader, draft),
             parameters=Parameters.decode(reader, draft),
         )
 
@@ -596,7 +640,7 @@ class _SubscribeOkLayout(ControlMessage):
         if draft.request_parameters:
             return b"".join(
                 (
-                    draft.wire.varint(self.request_id),
+                    reply_id(self.request_id, draft),
                     draft.wire.varint(self.track_alias),
                     track_report(self.expires, self.largest, self.parameters, draft),
                     encode_track_extensions(self.group_order, self.parameters, draft),
@@ -615,10 +659,10 @@ class _SubscribeOkLayout(ControlMessage):
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
-        request_id, alias = reader.varint(), reader.varint()
+        request_id, alias = read_reply_id(reader, draft), reader.varint()
         if draft.request_parameters:
             fields, parameters = decode_fields(reader, draft)
-            order, parameters = decode_track_extensions(reader, parameters)
+            order, parameters = decode_track_extensions(reader, parameters, draft)
             return cls(request_id, alias, fields.expires, order, fields.largest, parameters)
         return cls(
             request_id=request_id,

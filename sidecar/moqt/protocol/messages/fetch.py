@@ -25,6 +25,8 @@ from .base import (
     decode_track_extensions,
     encode_track_extensions,
     field_pairs,
+    read_reply_id,
+    reply_id,
 )
 from .parameters import NO_PARAMETERS, Parameters, encode_message_parameters
 
@@ -177,7 +179,7 @@ class FetchOk(ControlMessage):
         if draft.request_parameters:
             return b"".join(
                 (
-                    draft.wire.varint(self.request_id),
+                    reply_id(self.request_id, draft),
                     bytes((self.end_of_track,)),
                     draft.wire.location(self.end),
                     encode_message_parameters((), self.parameters, draft),
@@ -195,12 +197,12 @@ class FetchOk(ControlMessage):
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
-        request_id = reader.varint()
+        request_id = read_reply_id(reader, draft)
         if draft.request_parameters:
             end_of_track = reader.flag("end of track")
             end = reader.location()
             _, parameters = decode_fields(reader, draft)  # aiomoqt sends a group order here
-            order, parameters = decode_track_extensions(reader, parameters)
+            order, parameters = decode_track_extensions(reader, parameters, draft)
             return cls(request_id, end, end_of_track, order, parameters)
         group_order = _read_group_order(reader, allow_default=False)
         end_of_track = reader.flag("end of track")
@@ -219,3 +221,4 @@ class FetchError(_RequestError):
 @dataclass(frozen=True, slots=True)
 class FetchCancel(_RequestIdOnly):
     TYPE: ClassVar[int] = 0x17
+    UNTIL: ClassVar[int | None] = 16  # draft 18 resets the request's stream

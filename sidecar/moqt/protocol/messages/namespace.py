@@ -84,9 +84,11 @@ class PublishNamespaceError(_RequestError):
 @dataclass(frozen=True, slots=True)
 class PublishNamespaceDone(ControlMessage):
     """Withdraws a namespace: draft 14 names it, draft 16 the PUBLISH_NAMESPACE's request
-    id (the session fills in whichever the bytes lack)."""
+    id (the session fills in whichever the bytes lack); draft 18 resets the request's
+    stream instead."""
 
     TYPE: ClassVar[int] = 0x09
+    UNTIL: ClassVar[int | None] = 16
 
     namespace: tuple[bytes, ...]
     request_id: int | None = None
@@ -109,6 +111,7 @@ class PublishNamespaceCancel(ControlMessage):
     """The receiver stops accepting a namespace; named as PUBLISH_NAMESPACE_DONE names it."""
 
     TYPE: ClassVar[int] = 0x0C
+    UNTIL: ClassVar[int | None] = 16  # draft 18: the receiver resets the request's stream
 
     namespace: tuple[bytes, ...]
     error_code: int
@@ -154,9 +157,12 @@ class NamespaceOptions(IntEnum):
 @dataclass(frozen=True, slots=True)
 class SubscribeNamespace(ControlMessage):
     """The prefix may be empty (moq-rs sends one right after setup). Draft 14 hears of
-    both namespaces and tracks; draft 16 says which (`options`)."""
+    both namespaces and tracks; draft 16 says which (`options`); draft 18 hears of
+    namespaces only (it would ask for tracks with SUBSCRIBE_TRACKS, which kvmoq does not
+    send) and numbers it 0x50."""
 
     TYPE: ClassVar[int] = 0x11
+    TYPE_FROM: ClassVar[tuple[tuple[int, int], ...]] = ((18, 0x50),)
     NEW_REQUEST: ClassVar[bool] = True
 
     request_id: int
@@ -165,7 +171,7 @@ class SubscribeNamespace(ControlMessage):
     options: NamespaceOptions = NamespaceOptions.BOTH
 
     def encode_payload(self, draft: Draft) -> bytes:
-        options = draft.wire.varint(self.options) if draft.request_parameters else b""
+        options = draft.wire.varint(self.options) if draft.namespace_options else b""
         return b"".join(
             (
                 draft.wire.varint(self.request_id),
@@ -178,8 +184,8 @@ class SubscribeNamespace(ControlMessage):
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         request_id, prefix = reader.varint(), reader.tuple(allow_empty=True)
-        options = NamespaceOptions.BOTH
-        if draft.request_parameters:
+        options = NamespaceOptions.NAMESPACE if draft.request_streams else NamespaceOptions.BOTH
+        if draft.namespace_options:
             value = reader.varint()
             if value > NamespaceOptions.BOTH:
                 raise DecodeError(f"subscribe options {value}")

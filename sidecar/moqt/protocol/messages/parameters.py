@@ -6,17 +6,20 @@ order, because the draft says to ignore them, not to drop them on the way throug
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import ClassVar, Self
 
 from ..drafts import DRAFT_14, Draft
-from ..errors import DecodeError, MoqtError, SessionErrorCode
-from ..wire import (
-    KeyValuePair,
-    Reader,
-)
+from ..errors import DecodeError, MoqtError, NeedMoreData, SessionErrorCode
+from ..wire import MAX_KVP_BYTES, KeyValuePair, Reader
 
+DELIVERY_TIMEOUT = 0x02
+AUTHORIZATION_TOKEN = 0x03
+RENDEZVOUS_TIMEOUT = 0x04
+"""Draft 18: how long (ms) a relay may hold a SUBSCRIBE for a track with no publisher yet."""
 EXPIRES = 0x08
 LARGEST_OBJECT = 0x09
 FORWARD = 0x10
@@ -32,7 +35,34 @@ FIELD_KEYS = frozenset(
 location, forward, subscriber priority, filter, group order; `messages.base.Delivery`
 reads and writes them), and one draft 14 has no field for (new group request)."""
 MAX_CACHE_DURATION = 0x04
-"""A message parameter in draft 14, a track extension from draft 16 on."""
+"""A message parameter in draft 14, a track extension from draft 16 on (where 0x04 is free
+for draft 18's RENDEZVOUS_TIMEOUT)."""
+
+
+class Form(Enum):
+    """How draft 18 writes a message parameter's value (its parameters are no key-value
+    pairs: the type alone says how long the value is)."""
+
+    BYTE = "u8"
+    INT = "vi"
+    LOCATION = "bare location"
+    BYTES = "length-prefixed"
+
+
+TYPED_FORMS: dict[int, Form] = {
+    DELIVERY_TIMEOUT: Form.INT,
+    AUTHORIZATION_TOKEN: Form.BYTES,
+    RENDEZVOUS_TIMEOUT: Form.INT,
+    EXPIRES: Form.INT,
+    LARGEST_OBJECT: Form.LOCATION,
+    FORWARD: Form.BYTE,
+    SUBSCRIBER_PRIORITY: Form.BYTE,
+    SUBSCRIPTION_FILTER: Form.BYTES,
+    GROUP_ORDER: Form.BYTE,
+    NEW_GROUP_REQUEST: Form.INT,
+}
+"""Draft 18's value form of each message parameter kvmoq reads or writes. Inside kvmoq a
+parameter stays a key-value pair (a location as its bytes), whatever the draft."""
 
 TOKEN_USE_VALUE = 0x3
 """AUTHORIZATION_TOKEN's Alias Type for a token sent whole. The others register, use or delete
@@ -153,12 +183,17 @@ class Parameters(_ParameterSet):
     delivery_timeout: int | None = None
     authorization_tokens: tuple[bytes, ...] = ()
     max_cache_duration: int | None = None
+    rendezvous_timeout: int | None = None
+    """Draft 18's RENDEZVOUS_TIMEOUT (0x04 there); no other draft can say it."""
 
     def pairs(self, draft: Draft = DRAFT_14) -> tuple[KeyValuePair, ...]:
         pairs = _ParameterSet.pairs(self, draft)
         if not draft.request_parameters:
             return pairs
-        return tuple(pair for pair in pairs if pair[0] in self.LATER_KEYS)
+        later = tuple(pair for pair in pairs if pair[0] in self.LATER_KEYS)
+        if draft.rendezvous and self.rendezvous_timeout is not None:
+            return ((RENDEZVOUS_TIMEOUT, self.rendezvous_timeout), *later)
+        return later
 
 
 def encode_message_parameters(
@@ -166,7 +201,50 @@ def encode_message_parameters(
 ) -> bytes:
     """A message's parameter block: draft 16's `fields` (see FIELD_KEYS; none under draft
     14, which sends them as fixed fields) and `parameters`."""
-    return draft.wire.parameters((*fields, *parameters.pairs(draft)), draft.delta_types)
+    pairs = (*fields, *parameters.pairs(draft))
+    if not draft.typed_parameters:
+        return draft.wire.parameters(pairs, draft.delta_types)
+    out = bytearray(draft.wire.varint(len(pairs)))
+    previous = 0
+    for key, value in sorted(pairs, key=lambda pair: pair[0]):
+        form = TYPED_FORMS.get(key)
+        if form is None:
+            raise ValueError(f"{draft} has no message parameter {key:#x}")
+        out += draft.wire.varint(key - previous)
+        previous = key
+        if form is Form.BYTE:
+            out.append(value)  # type: ignore[arg-type]
+        elif form is Form.INT:
+            out += draft.wire.varint(value)  # type: ignore[arg-type]
+        elif form is Form.LOCATION:
+            out += value  # type: ignore[operator]
+        else:
+            out += draft.wire.bytes_vi(value)  # type: ignore[arg-type]
+    return bytes(out)
+
+
+def _read_typed(reader: Reader, draft: Draft) -> tuple[KeyValuePair, ...]:
+    """Draft 18's parameter block, as key-value pairs (see `TYPED_FORMS`). A type outside
+    the table cannot be skipped (its length is unknowable): the session closes."""
+    count = reader.varint()
+    if count * 2 > reader.remaining:  # each takes two bytes at least
+        raise NeedMoreData("parameters")
+    pairs: list[KeyValuePair] = []
+    key = 0
+    for _ in range(count):
+        key += reader.varint()
+        form = TYPED_FORMS.get(key)
+        if form is None:
+            raise DecodeError(f"unknown message parameter {key:#x}")
+        if form is Form.BYTE:
+            pairs.append((key, reader.u8()))
+        elif form is Form.INT:
+            pairs.append((key, reader.varint()))
+        elif form is Form.LOCATION:
+            pairs.append((key, draft.wire.location(reader.location())))
+        else:
+            pairs.append((key, reader.bytes_vi(MAX_KVP_BYTES, f"parameter {key:#x}")))
+    return tuple(pairs)
 
 
 def decode_message_parameters(
@@ -179,16 +257,27 @@ def decode_message_parameters(
         return {}, Parameters.decode(reader, draft)
     fields: dict[int, int | bytes] = {}
     rest: list[KeyValuePair] = []
-    for key, value in reader.parameters(draft.delta_types):
+    rendezvous: int | None = None
+    pairs = (
+        _read_typed(reader, draft)
+        if draft.typed_parameters
+        else reader.parameters(draft.delta_types)
+    )
+    for key, value in pairs:
         if key in FIELD_KEYS:
             if key in fields:
                 raise DecodeError(f"parameter {key:#x} repeated")
             fields[key] = value
         elif key in Parameters.LATER_KEYS:
             rest.append((key, value))
+        elif key == RENDEZVOUS_TIMEOUT and draft.rendezvous and rendezvous is None:
+            rendezvous = value  # type: ignore[assignment]
         else:
             raise DecodeError(f"unknown message parameter {key:#x}")
-    return fields, Parameters.of(rest)
+    parameters = Parameters.of(rest)
+    if rendezvous is not None:
+        parameters = dataclasses.replace(parameters, rendezvous_timeout=rendezvous)
+    return fields, parameters
 
 
 # Shared defaults (frozen, so one instance serves every message).

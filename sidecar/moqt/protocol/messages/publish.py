@@ -6,14 +6,13 @@ from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from ..drafts import Draft
-from ..errors import PUBLISH_RENUMBERED
+from ..errors import PUBLISH_RENUMBERED, DecodeError
 from ..model import FullTrackName, GroupOrder, Location
-from ..wire import (
-    Reader,
-)
+from ..wire import Reader
 from .base import (
     DEFAULT_FILTER,
     ControlMessage,
+    RequestOk,
     SubscriptionFilter,
     _encode_optional_location,
     _encode_track,
@@ -27,6 +26,8 @@ from .base import (
     delivery_pairs,
     encode_track_extensions,
     field_pairs,
+    read_reply_id,
+    reply_id,
 )
 from .parameters import NO_PARAMETERS, Parameters, encode_message_parameters
 
@@ -75,7 +76,7 @@ class Publish(ControlMessage):
         request_id, track, alias = reader.varint(), _read_track(reader), reader.varint()
         if draft.request_parameters:
             fields, parameters = decode_fields(reader, draft)
-            order, parameters = decode_track_extensions(reader, parameters)
+            order, parameters = decode_track_extensions(reader, parameters, draft)
             return cls(request_id, track, alias, order, fields.largest, fields.forward, parameters)
         return cls(
             request_id=request_id,
@@ -100,12 +101,17 @@ class PublishOk(ControlMessage):
     filter: SubscriptionFilter = DEFAULT_FILTER
     parameters: Parameters = NO_PARAMETERS
 
+    def wire_type(self, draft: Draft) -> int:
+        # Draft 18 answers a PUBLISH with REQUEST_OK, these fields its parameters; it still
+        # reads 0x1E as PUBLISH_OK. Its request stream says which request it answers.
+        return RequestOk.TYPE if draft.request_streams else self.TYPE
+
     def encode_payload(self, draft: Draft) -> bytes:
         if draft.request_parameters:
             fields = delivery_pairs(
                 self.forward, self.subscriber_priority, self.filter, self.group_order, draft
             )
-            return draft.wire.varint(self.request_id) + encode_message_parameters(
+            return reply_id(self.request_id, draft) + encode_message_parameters(
                 fields, self.parameters, draft
             )
         return b"".join(
@@ -119,9 +125,11 @@ class PublishOk(ControlMessage):
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
-        request_id = reader.varint()
+        request_id = read_reply_id(reader, draft)
         if draft.request_parameters:
             fields, parameters = decode_fields(reader, draft)
+            if draft.request_streams and not reader.at_end():
+                raise DecodeError("PUBLISH_OK states no track properties")
             return cls(
                 request_id,
                 fields.forward,
@@ -135,7 +143,7 @@ class PublishOk(ControlMessage):
             forward=reader.flag("forward"),
             subscriber_priority=reader.u8(),
             group_order=_read_group_order(reader, allow_default=True),
-            filter=SubscriptionFilter.decode(reader),
+            filter=SubscriptionFilter.decode(reader, draft),
             parameters=Parameters.decode(reader, draft),
         )
 

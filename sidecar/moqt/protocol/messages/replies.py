@@ -45,6 +45,12 @@ REQUEST_OF_OK: dict[type[ControlMessage], type[ControlMessage]] = {
 }
 """The request each *_OK answers."""
 
+READ_AS: dict[type[ControlMessage], dict[int, type[ControlMessage]]] = {
+    Publish: {RequestOk.TYPE: PublishOk},
+}
+"""Per request, the types that mean its own reply on its stream (draft 18: a REQUEST_OK on a
+PUBLISH's stream is PUBLISH_OK, its fields as parameters)."""
+
 
 def family_reply(reply: RequestOk | RequestError, request: ControlMessage) -> ControlMessage:
     """The draft-14 reply that `reply` is, given the `request` it answers. A REQUEST_OK to

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from ..drafts import Draft
-from ..errors import PUBLISH_DONE_RENUMBERED, SUBSCRIBE_RENUMBERED, draft_14_code
+from ..errors import SUBSCRIBE_RENUMBERED, draft_14_code
 from ..model import Location
 from ..wire import (
     Reader,
@@ -23,6 +23,8 @@ from .base import (
     _SubscribeOkLayout,
     decode_fields,
     field_pairs,
+    read_reply_id,
+    reply_id,
 )
 from .parameters import NO_PARAMETERS, Parameters, encode_message_parameters
 
@@ -69,7 +71,7 @@ class SubscribeUpdate(ControlMessage):
     parameters: Parameters = NO_PARAMETERS
 
     def encode_payload(self, draft: Draft) -> bytes:
-        ids = draft.wire.varint(self.request_id) + draft.wire.varint(self.subscription_request_id)
+        ids = draft.wire.varint(self.request_id) + reply_id(self.subscription_request_id, draft)
         if draft.request_parameters:
             if self.end_group is None:
                 range_ = SubscriptionFilter(FilterType.ABSOLUTE_START, self.start)
@@ -98,7 +100,7 @@ class SubscribeUpdate(ControlMessage):
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         request_id = reader.varint()
-        subscription_request_id = reader.varint()
+        subscription_request_id = read_reply_id(reader, draft)  # draft 18: its stream's
         if draft.request_parameters:
             fields, parameters = decode_fields(reader, draft)
             range_ = fields.filter
@@ -130,6 +132,7 @@ class SubscribeUpdate(ControlMessage):
 @dataclass(frozen=True, slots=True)
 class Unsubscribe(_RequestIdOnly):
     TYPE: ClassVar[int] = 0x0A
+    UNTIL: ClassVar[int | None] = 16  # draft 18 resets the request's stream
 
 
 @_register
@@ -145,12 +148,10 @@ class PublishDone(ControlMessage):
     reason: str = ""
 
     def encode_payload(self, draft: Draft) -> bytes:
-        status = self.status_code
-        if draft.request_replies:
-            status = PUBLISH_DONE_RENUMBERED.get(status, status)
+        status = draft.publish_done_renumbered.get(self.status_code, self.status_code)
         return b"".join(
             (
-                draft.wire.varint(self.request_id),
+                reply_id(self.request_id, draft),
                 draft.wire.varint(status),
                 draft.wire.varint(self.stream_count),
                 draft.wire.reason(self.reason),
@@ -159,7 +160,6 @@ class PublishDone(ControlMessage):
 
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
-        request_id, status = reader.varint(), reader.varint()
-        if draft.request_replies:
-            status = draft_14_code(PUBLISH_DONE_RENUMBERED, status)
+        request_id, status = read_reply_id(reader, draft), reader.varint()
+        status = draft_14_code(draft.publish_done_renumbered, status)
         return cls(request_id, status, reader.varint(), reader.reason())
