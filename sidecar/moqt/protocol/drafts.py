@@ -10,7 +10,7 @@ namespace half) reads that field, and nothing else asks which draft a session ru
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import PUBLISH_DONE_RENUMBERED_16, PUBLISH_DONE_RENUMBERED_18
 from .wire import QUIC_VARINTS, VI64, Encoder
@@ -76,7 +76,7 @@ class Draft:
     first_object_flag: bool
     """Subgroup header types 0x50-0x7D: bit 0x40 says the stream starts at the subgroup's
     first object."""
-    publish_done_renumbered: Mapping[int, int]
+    publish_done_renumbered: Mapping[int, int] = field(compare=False)
     """PUBLISH_DONE status codes this draft numbers otherwise than draft 14."""
     rendezvous: bool
     """A SUBSCRIBE may ask a relay to hold it until the track has a publisher

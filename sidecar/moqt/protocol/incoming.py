@@ -80,6 +80,7 @@ class Incoming:
         self._tracks: dict[int, RemoteTrack] = {}
         self._by_alias: dict[int, RemoteTrack] = {}
         self._fetches: set[int] = set()  # our fetches whose stream may still come
+        self._descending: set[int] = set()  # ... of which, those served newest group first
         self._streams: dict[int, InStream] = {}
         self._ignored: set[int] = set()
         self._pending_bytes = 0
@@ -136,17 +137,23 @@ class Incoming:
         if track is not None and track.track_alias is not None:
             self._by_alias.pop(track.track_alias, None)
 
-    def fetch(self, request_id: int) -> None:
+    def fetch(self, request_id: int, descending: bool = False) -> None:
         self._fetches.add(request_id)
+        if descending:
+            self._descending.add(request_id)
 
     def fetch_refused(self, request_id: int) -> None:
+        self._fetch_over(request_id)
+
+    def _fetch_over(self, request_id: int) -> None:
         self._fetches.discard(request_id)
+        self._descending.discard(request_id)
 
     def cancel_fetch(self, request_id: int) -> None:
         """We cancel our FETCH: its stream, if it came, is read no further."""
         if request_id not in self._fetches:
             raise UsageError(f"no fetch {request_id}")
-        self._fetches.discard(request_id)
+        self._fetch_over(request_id)
         for stream_id, state in list(self._streams.items()):
             if state.request_id == request_id:
                 self._drop(stream_id)
@@ -195,7 +202,9 @@ class Incoming:
             raise ProtocolError(f"data on our own unidirectional stream {stream_id}")
         state = self._streams.get(stream_id)
         if state is None:
-            parser = DataStreamParser(self._limits.max_object_payload, self._draft)
+            parser = DataStreamParser(
+                self._limits.max_object_payload, self._draft, self._descending.__contains__
+            )
             state = self._streams[stream_id] = InStream(parser, since=now)
         state.fin = end_stream
         try:
@@ -316,7 +325,7 @@ class Incoming:
         assert state.request_id is not None
         header = state.parser.header
         if isinstance(header, FetchHeader):
-            self._fetches.discard(state.request_id)
+            self._fetch_over(state.request_id)
             self._emit(ev.DataStreamEnded(stream_id, state.request_id, ev.ObjectSource.FETCH))
         else:
             assert isinstance(header, SubgroupHeader)

@@ -25,6 +25,10 @@ class RequestIds:
     """Whether the peer's requests arrive in the order of their ids: they do on one control
     stream (draft 14); where some come on streams of their own (draft 16's namespace
     subscriptions) one may overtake another, so ids are taken in any order, each once."""
+    credit: bool = True
+    """Whether MAX_REQUEST_ID bounds the requests each way (until draft 18, whose QUIC
+    stream limits bound them instead: then ours are unbounded here, and the peer's may run
+    at most a window ahead of the oldest it has not used, which bounds what is kept)."""
     next_ours: int = field(init=False)
     limit: int = 0
     """Ours must be below this (the peer's SETUP, then its MAX_REQUEST_ID)."""
@@ -48,7 +52,7 @@ class RequestIds:
         """The id the next request will take; RequestLimitReached at the peer's limit. The
         id is spent by ``spent``, once the request is sent, so a request refused locally
         never leaves a gap the peer would see as INVALID_REQUEST_ID."""
-        if self.next_ours >= self.limit:
+        if self.credit and self.next_ours >= self.limit:
             raise RequestLimitReached(f"peer allows request ids below {self.limit}")
         return self.next_ours
 
@@ -57,7 +61,7 @@ class RequestIds:
 
     def blocked(self) -> int | None:
         """At the peer's limit: the limit to report in REQUESTS_BLOCKED, once per limit."""
-        if self.next_ours < self.limit or self._blocked_at == self.limit:
+        if not self.credit or self.next_ours < self.limit or self._blocked_at == self.limit:
             return None
         self._blocked_at = self.limit
         return self.limit
@@ -87,7 +91,12 @@ class RequestIds:
                 f"request id {request_id} is not the peer's, or was used",
                 SessionErrorCode.INVALID_REQUEST_ID,
             )
-        if request_id >= self.granted:
+        if not self.credit and request_id >= self._peer_next + 2 * self.window:
+            raise ProtocolError(
+                f"request id {request_id} is more than {self.window} past the oldest unused",
+                SessionErrorCode.INVALID_REQUEST_ID,
+            )
+        if self.credit and request_id >= self.granted:
             raise ProtocolError(
                 f"request id {request_id} at or above the limit {self.granted}",
                 SessionErrorCode.TOO_MANY_REQUESTS,
@@ -104,6 +113,8 @@ class RequestIds:
     def peer_finished(self) -> int | None:
         """One of the peer's requests is over: the MAX_REQUEST_ID to send now, if any."""
         self._peer_finished += 1
+        if not self.credit:
+            return None
         limit = self._limit_for(self._peer_finished + self.window)
         if limit - self.granted < max(2, self.window):  # ids step by two: window ids = half
             return None

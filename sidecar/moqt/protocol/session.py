@@ -57,6 +57,8 @@ from .messages import (
     Goaway,
     JoiningFetch,
     MaxRequestId,
+    Namespace,
+    NamespaceDone,
     Parameters,
     Publish,
     PublishDone,
@@ -68,11 +70,11 @@ from .messages import (
     RequestOk,
     RequestsBlocked,
     ServerSetup,
+    Setup,
     SetupParameters,
     StandaloneFetch,
     Subscribe,
     SubscribeNamespace,
-    SubscribeNamespaceOk,
     SubscribeOk,
     SubscribeUpdate,
     SubscriptionFilter,
@@ -87,12 +89,8 @@ from .messages.parameters import authorization_token
 from .model import FullTrackName, GroupOrder, Location
 from .outgoing import Outgoing, caller_errors
 from .request_ids import RequestIds
-from .session_namespaces import (
-    NamespaceRequests,
-    NamespaceStreams,
-    pop_if,
-    stream_is_unidirectional,
-)
+from .request_streams import RequestStreams, stream_is_unidirectional, withdrawal
+from .session_namespaces import NamespaceRequests, pop_if
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +124,16 @@ class MoqtSession(NamespaceRequests):
         self.peer_parameters: SetupParameters | None = None
         self._goaway_received = False
 
-        self._control_stream_id: int | None = None
+        self._control_stream_id: int | None = None  # where our control messages go
+        self._control_in_id: int | None = None  # where the peer's come (the same stream
+        # until draft 18, where each side has a unidirectional one)
         self._control_buffer = bytearray()
 
         self._ids = RequestIds(
-            is_client, self.limits.request_window, in_order=not draft.namespace_streams
+            is_client,
+            self.limits.request_window,
+            in_order=not draft.namespace_streams,
+            credit=not draft.request_streams,
         )
 
         self._inbound: dict[int, ControlMessage] = {}  # peer's requests still open
@@ -140,7 +143,7 @@ class MoqtSession(NamespaceRequests):
         self._namespace_subscriptions: dict[tuple[bytes, ...], int] = {}  # ours
 
         self._incoming = Incoming(quic, self.limits, self._ids, self._emit, draft)
-        self._namespace_streams = NamespaceStreams(quic, draft)
+        self._request_streams = RequestStreams(quic, draft, is_client)
         self.objects = Outgoing(
             quic,
             closed=lambda: self.closed,
@@ -150,17 +153,21 @@ class MoqtSession(NamespaceRequests):
         )
         """Objects this session sends: subgroup and FETCH streams, datagrams."""
 
-        if is_client:
-            self._control_stream_id = quic.get_next_available_stream_id(False)
+        if is_client or draft.request_streams:
             params = SetupParameters(
                 path=path,
-                max_request_id=self._ids.granted,
+                max_request_id=None if draft.request_streams else self._ids.granted,
                 authorization_tokens=()
                 if authorization is None
                 else (authorization_token(authorization, draft),),
                 authority=authority,
                 implementation=implementation,
             )
+        if draft.request_streams:  # each side opens its own control stream, SETUP first
+            self._control_stream_id = quic.get_next_available_stream_id(True)
+            self._send(Setup(params))
+        elif is_client:
+            self._control_stream_id = self._control_in_id = quic.get_next_available_stream_id()
             versions = () if draft.setup_version is None else (draft.setup_version,)
             self._send(ClientSetup(versions, params))
 
@@ -276,7 +283,7 @@ class MoqtSession(NamespaceRequests):
         request_id = self._request(
             Fetch(self._next_id(), target, subscriber_priority, group_order, parameters)
         )
-        self._incoming.fetch(request_id)
+        self._incoming.fetch(request_id, group_order == GroupOrder.DESCENDING)
         return request_id
 
     def fetch_cancel(self, request_id: int) -> None:
@@ -402,25 +409,39 @@ class MoqtSession(NamespaceRequests):
 
     def _on_stream_data(self, event: Any) -> None:
         stream_id: int = event.stream_id
-        if self.draft.namespace_streams and self._namespace_stream(stream_id):
-            self._on_namespace_stream(stream_id, event.data, event.end_stream)
-        elif not stream_is_unidirectional(stream_id):
-            self._on_control_data(stream_id, event.data, event.end_stream)
+        if stream_is_unidirectional(stream_id):
+            if self._peer_control(stream_id, event.data):
+                self._on_control_data(stream_id, event.data, event.end_stream)
+            else:
+                self._incoming.stream_data(
+                    stream_id, event.data, event.end_stream, is_client=self.is_client, now=self._now
+                )
+        elif self._request_streams.carries(stream_id, self._control_in_id):
+            self._on_request_stream(stream_id, event.data, event.end_stream)
         else:
-            self._incoming.stream_data(
-                stream_id, event.data, event.end_stream, is_client=self.is_client, now=self._now
-            )
+            self._on_control_data(stream_id, event.data, event.end_stream)
+
+    def _peer_control(self, stream_id: int, data: bytes) -> bool:
+        """Whether a unidirectional stream is the peer's control stream (draft 18: its type
+        is SETUP's, 0x2F00, whose first byte no data stream type starts with)."""
+        if not self.draft.request_streams:
+            return False
+        if self._control_in_id is not None:
+            return stream_id == self._control_in_id
+        return stream_is_client_initiated(stream_id) != self.is_client and data[:1] == b"\xaf"
 
     def _on_stream_reset(self, event: Any) -> None:
         stream_id: int = event.stream_id
-        if stream_id == self._control_stream_id:
+        if stream_id in (self._control_stream_id, self._control_in_id):
             raise ProtocolError("control stream reset")
-        if self._namespace_streams.has(stream_id):
-            self._namespace_stream_over(stream_id)
-            return
-        self._incoming.stream_reset(stream_id, event.error_code)
+        if not self._request_stream_withdrawn(stream_id):
+            self._incoming.stream_reset(stream_id, event.error_code)
 
     def _on_stop_sending(self, event: Any) -> None:
+        if event.stream_id in (self._control_stream_id, self._control_in_id):
+            raise ProtocolError("STOP_SENDING on the control stream")
+        if self._request_stream_withdrawn(event.stream_id):
+            return
         request_id = self.objects.stop_sending(event.stream_id, event.error_code)
         if request_id is not None:
             self._events.append(ev.DataStreamStopped(event.stream_id, request_id, event.error_code))
@@ -444,14 +465,13 @@ class MoqtSession(NamespaceRequests):
     # Control stream.
 
     def _on_control_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        if (
-            self._control_stream_id is None
-            and not self.is_client
-            and stream_is_client_initiated(stream_id)
-        ):
-            self._control_stream_id = stream_id
-        if stream_id != self._control_stream_id:
-            raise ProtocolError(f"bidirectional stream {stream_id} besides the control stream")
+        if self._control_in_id is None:
+            if self.draft.request_streams:
+                self._control_in_id = stream_id
+            elif not self.is_client and stream_is_client_initiated(stream_id):
+                self._control_stream_id = self._control_in_id = stream_id
+        if stream_id != self._control_in_id:
+            raise ProtocolError(f"stream {stream_id} besides the control stream")
         self._control_buffer += data
         for message in decode_buffered(self._control_buffer, self.draft):
             if self.closed:
@@ -464,6 +484,12 @@ class MoqtSession(NamespaceRequests):
         if not self.setup_complete:
             self._on_setup(message)
             return
+        if self.draft.request_streams and not isinstance(message, Goaway):
+            raise ProtocolError(f"{type(message).__name__} on the control stream")
+        self._dispatch(message)
+
+    def _dispatch(self, message: ControlMessage) -> None:
+        """Handle a message of the control stream or of a request's stream."""
         if message.NEW_REQUEST:
             self._ids.accept_peer(message.request_id)  # type: ignore[attr-defined]
         handler = self._CONTROL_HANDLERS.get(type(message))
@@ -472,7 +498,10 @@ class MoqtSession(NamespaceRequests):
         handler(self, message)
 
     def _on_setup(self, message: ControlMessage) -> None:
-        if self.is_client:
+        if self.draft.request_streams:
+            if not isinstance(message, Setup):
+                raise ProtocolError(f"expected SETUP, got {type(message).__name__}")
+        elif self.is_client:
             if not isinstance(message, ServerSetup):
                 raise ProtocolError(f"expected SERVER_SETUP, got {type(message).__name__}")
             if message.version != self.draft.setup_version:
@@ -497,6 +526,40 @@ class MoqtSession(NamespaceRequests):
         self.peer_parameters = params
         self._ids.limit = params.max_request_id or 0
         self._events.append(ev.SetupCompleted(self.draft, params))
+
+    # Requests' own streams (draft 16's namespace subscriptions; every request of draft 18).
+
+    def _on_request_stream(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        if not self.setup_complete:
+            raise ProtocolError("a request stream before SETUP")
+        if self._request_streams.stale(stream_id):
+            return  # the rest of a request that is over
+        stream, messages = self._request_streams.received(stream_id, data)
+        for message in messages:
+            if self.closed:
+                return
+            if isinstance(message, Namespace | NamespaceDone):
+                self._on_namespace_told(stream, message)
+            else:
+                self._dispatch(message)
+        if end_stream:
+            ended = self._request_streams.ended(stream_id)
+            if ended is not None and isinstance(ended.request, SubscribeNamespace):
+                self._namespace_stream_over(ended)
+
+    def _request_stream_withdrawn(self, stream_id: int) -> bool:
+        """The peer reset a request's stream or asked us to stop sending on it: the request
+        is withdrawn (draft 18's UNSUBSCRIBE, FETCH_CANCEL, ...). False: no request's."""
+        stream = self._request_streams.withdrawn(stream_id)
+        if stream is None:
+            return False
+        if isinstance(stream.request, SubscribeNamespace):
+            self._namespace_stream_over(stream)
+            return True
+        message = withdrawal(stream)
+        if message is not None:
+            self._CONTROL_HANDLERS[type(message)](self, message)
+        return True
 
     # Requests from the peer.
 
@@ -600,7 +663,13 @@ class MoqtSession(NamespaceRequests):
         self._CONTROL_HANDLERS[type(reply)](self, reply)
 
     def _on_ok(self, message: Any) -> None:
-        self._take_reply(message, REQUEST_OF_OK)
+        request = self._take_reply(message, REQUEST_OF_OK)
+        if isinstance(request, TrackStatus):
+            self._request_streams.finish(message.request_id)
+        elif isinstance(request, Fetch) and request.group_order == GroupOrder.PUBLISHER_DEFAULT:
+            # The publisher's order, which a draft-18 FETCH stream counts its groups in.
+            descending = message.group_order == GroupOrder.DESCENDING
+            self._incoming.fetch(message.request_id, descending)
         self._events.append(ev.RequestAccepted(message.request_id, message))
         if isinstance(message, SubscribeOk):
             self._incoming.accepted(message.request_id, message.track_alias)
@@ -608,6 +677,7 @@ class MoqtSession(NamespaceRequests):
     def _on_error(self, message: Any) -> None:
         request = self._take_reply(message, REQUEST_OF_ERROR)
         request_id = message.request_id
+        self._request_streams.finish(request_id)
         if isinstance(request, Subscribe):
             self._incoming.forget(request_id)
         elif isinstance(request, Publish):
@@ -623,6 +693,7 @@ class MoqtSession(NamespaceRequests):
     def _on_publish_done(self, message: PublishDone) -> None:
         if not self._incoming.ended(message.request_id, self._now):
             return
+        self._request_streams.finish(message.request_id)
         if isinstance(self._inbound.get(message.request_id), Publish):
             self._finish_peer_request(message.request_id)
         self._events.append(ev.SubscriptionEnded(message.request_id, message))
@@ -669,24 +740,22 @@ class MoqtSession(NamespaceRequests):
     # Helpers.
 
     def _send(self, message: ControlMessage) -> None:
-        """Encode and queue a control message; raises before anything is written."""
+        """Encode and queue a control message, on the stream of the request it concerns
+        where the draft puts it there (`RequestStreams.route`), else on the control stream;
+        raises before anything is written."""
         if self.closed:
             raise UsageError("session is closed")
+        if self._request_streams.route(message):
+            return
         if self._control_stream_id is None:
             raise UsageError("the client has not opened the control stream yet")
         with caller_errors():
             data = message.encode(self.draft)
         self._quic.send_stream_data(self._control_stream_id, data, False)
 
-    def _request(
-        self,
-        message: Any,
-        expects_reply: bool = True,
-        send: Callable[[ControlMessage], None] | None = None,
-    ) -> int:
-        """Send a request numbered by ``_next_id`` (``RequestIds.take``), on the control
-        stream or by `send` (a stream of its own)."""
-        (send or self._send)(message)
+    def _request(self, message: Any, expects_reply: bool = True) -> int:
+        """Send a request numbered by ``_next_id`` (``RequestIds.take``)."""
+        self._send(message)
         self._ids.spent()
         if expects_reply:
             self._outbound[message.request_id] = message
@@ -706,6 +775,7 @@ class MoqtSession(NamespaceRequests):
         if self._inbound.pop(request_id, None) is None:
             return
         self._answered.discard(request_id)
+        self._request_streams.finish(request_id)
         self._grant_credit()
 
     def _grant_credit(self) -> None:
@@ -718,6 +788,8 @@ class MoqtSession(NamespaceRequests):
         return isinstance(self._inbound.get(request_id), Fetch) and request_id in self._answered
 
     def _emit(self, event: ev.MoqtEvent) -> None:
+        if isinstance(event, ev.DataStreamEnded) and event.source == ev.ObjectSource.FETCH:
+            self._request_streams.finish(event.request_id)  # our FETCH is over
         self._events.append(event)
 
     def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any:
@@ -728,16 +800,9 @@ class MoqtSession(NamespaceRequests):
         return request
 
     def _reply(self, message: Any) -> None:
-        """Answer on the request's own stream where it has one (draft 16's namespace
-        subscriptions: a refusal closes it), else on the control stream."""
-        stream = self._namespace_streams.of(message.request_id)
-        if stream is None:
-            self._send(message)
-        else:
-            with caller_errors():
-                refused = not isinstance(message, SubscribeNamespaceOk)
-                self._namespace_streams.send(stream, message, end=refused)
-            stream.answered = True
+        """Answer a request of the peer's (on its own stream where it has one: a refusal
+        closes that)."""
+        self._send(message)
         self._answered.add(message.request_id)
 
     def _take_reply(

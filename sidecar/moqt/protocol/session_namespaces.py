@@ -3,56 +3,44 @@ withdrawal), following them (SUBSCRIBE_NAMESPACE), and telling followers, in eac
 
 `MoqtSession` is a `NamespaceRequests`: these methods are its own, kept apart because the
 drafts differ most here. Draft 14 carries everything on the control stream; from draft 16 a
-namespace subscription has a stream of its own (`NamespaceStreams`, below), where its reply,
-then NAMESPACE and NAMESPACE_DONE come, and closing it unsubscribes; withdrawal and
-cancellation name the request instead of the namespace.
+namespace subscription has a stream of its own (`request_streams.RequestStreams`), where its
+reply, then NAMESPACE and NAMESPACE_DONE come, and closing it unsubscribes; withdrawal and
+cancellation name the request instead of the namespace (draft 18: they reset its stream).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
-from .connection import QuicConnectionLike
 from .drafts import Draft
 from .errors import ProtocolError, UsageError
-from .incoming import stream_is_client_initiated
 from .messages import (
     NO_PARAMETERS,
     ControlMessage,
     Namespace,
     NamespaceDone,
-    NamespaceOptions,
     Parameters,
     PublishNamespace,
     PublishNamespaceCancel,
     PublishNamespaceDone,
     PublishNamespaceOk,
-    RequestError,
-    RequestOk,
     SubscribeNamespace,
     SubscribeNamespaceOk,
     UnsubscribeNamespace,
-    decode_buffered,
 )
 from .model import has_prefix
-from .outgoing import caller_errors
 
 if TYPE_CHECKING:
     from .request_ids import RequestIds
+    from .request_streams import RequestStream, RequestStreams
 
 
 def pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request_id: int) -> None:
     """Forget ``key`` only if it still belongs to ``request_id`` (not to a later request)."""
     if table.get(key) == request_id:
         del table[key]
-
-
-def stream_is_unidirectional(stream_id: int) -> bool:
-    return bool(stream_id & 0x2)
 
 
 class NamespaceRequests:
@@ -65,23 +53,16 @@ class NamespaceRequests:
     _inbound: dict[int, ControlMessage]
     _outbound: dict[int, ControlMessage]
     _events: list[ev.MoqtEvent]
-    _control_stream_id: int | None
     _announced: dict[tuple[bytes, ...], int]
     _namespace_subscriptions: dict[tuple[bytes, ...], int]
-    _namespace_streams: NamespaceStreams
+    _request_streams: RequestStreams
 
     def _next_id(self) -> int: ...
-    def _request(
-        self,
-        message: Any,
-        expects_reply: bool = True,
-        send: Callable[[ControlMessage], None] | None = None,
-    ) -> int: ...
+    def _request(self, message: Any, expects_reply: bool = True) -> int: ...
     def _send(self, message: ControlMessage) -> None: ...
     def _reply(self, message: Any) -> None: ...
     def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any: ...
     def _finish_peer_request(self, request_id: int) -> None: ...
-    def _on_request_reply(self, message: RequestOk | RequestError) -> None: ...
 
     def publish_namespace(
         self, namespace: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS
@@ -103,9 +84,7 @@ class NamespaceRequests:
     ) -> int:
         if prefix in self._namespace_subscriptions:
             raise UsageError(f"already subscribed to namespace prefix {prefix!r}")
-        request = SubscribeNamespace(self._next_id(), prefix, parameters)
-        own_stream = self._namespace_streams.open if self.draft.namespace_streams else None
-        request_id = self._request(request, send=own_stream)
+        request_id = self._request(SubscribeNamespace(self._next_id(), prefix, parameters))
         self._namespace_subscriptions[prefix] = request_id
         return request_id
 
@@ -113,28 +92,28 @@ class NamespaceRequests:
         request_id = self._namespace_subscriptions.pop(prefix, None)
         if request_id is None:
             raise UsageError(f"no namespace subscription {prefix!r}")
-        stream = self._namespace_streams.of(request_id)
+        stream = self._request_streams.of(request_id)
         if stream is not None:
-            self._namespace_streams.close(stream)
+            self._request_streams.close(stream)
         elif not self.draft.namespace_streams:
             self._send(UnsubscribeNamespace(prefix))
 
     def tell_namespace(self, namespace: tuple[bytes, ...]) -> None:
         """Tell the peer of a namespace published here: on each of its namespace
         subscriptions that hear of it (draft 16's NAMESPACE), else as PUBLISH_NAMESPACE."""
-        streams = self._namespace_streams.announcing(namespace)
+        streams = self._request_streams.announcing(namespace)
         if not streams and not self._namespace_subscribed(namespace):
             self.publish_namespace(namespace)
         for stream, message in streams:
-            self._namespace_streams.send(stream, message)
+            self._request_streams.tell(stream, message)
 
     def tell_namespace_done(self, namespace: tuple[bytes, ...]) -> None:
         """Undo `tell_namespace` (NAMESPACE_DONE, or PUBLISH_NAMESPACE_DONE)."""
-        streams = self._namespace_streams.announcing(namespace)
+        streams = self._request_streams.announcing(namespace)
         if not streams and not self._namespace_subscribed(namespace):
             self.publish_namespace_done(namespace)
         for stream, message in streams:
-            self._namespace_streams.send(stream, NamespaceDone(message.namespace))
+            self._request_streams.tell(stream, NamespaceDone(message.namespace))
 
     def publish_namespace_ok(self, request_id: int) -> None:
         self._answerable(request_id, PublishNamespace)
@@ -180,7 +159,7 @@ class NamespaceRequests:
             self._events.append(ev.NamespacePublishCancelled(message))
 
     def _on_subscribe_namespace(self, message: SubscribeNamespace) -> None:
-        if self.draft.namespace_streams and self._namespace_streams.of(message.request_id) is None:
+        if self.draft.namespace_streams and self._request_streams.of(message.request_id) is None:
             raise ProtocolError(f"SUBSCRIBE_NAMESPACE on the control stream in {self.draft}")
         self._inbound[message.request_id] = message
         self._events.append(ev.NamespaceSubscribeRequested(message))
@@ -191,51 +170,21 @@ class NamespaceRequests:
             self._finish_peer_request(request_id)
             self._events.append(ev.NamespaceUnsubscribed(message.namespace))
 
-    def _namespace_stream(self, stream_id: int) -> bool:
-        """Whether `stream_id` is a namespace subscription's: one we opened, or a
-        bidirectional one the peer opened after the control stream."""
-        if self._namespace_streams.has(stream_id):
-            return True
-        return (
-            not stream_is_unidirectional(stream_id)
-            and self._control_stream_id is not None
-            and stream_id != self._control_stream_id
-            and stream_is_client_initiated(stream_id) != self.is_client
+    def _on_namespace_told(self, stream: RequestStream, message: Namespace | NamespaceDone) -> None:
+        """NAMESPACE or NAMESPACE_DONE on our namespace subscription's stream."""
+        full = stream.request.namespace + message.namespace  # type: ignore[union-attr]
+        self._events.append(
+            ev.NamespaceAnnounced(full)
+            if isinstance(message, Namespace)
+            else ev.NamespacePublishDone(full)
         )
 
-    def _on_namespace_stream(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        if not self.setup_complete:
-            raise ProtocolError("a request stream before SETUP")
-        stream, messages = self._namespace_streams.received(stream_id, data)
-        for message in messages:
-            if not stream.ours:
-                request = self._namespace_streams.peers_first(stream, message)
-                self._ids.accept_peer(request.request_id)
-                self._on_subscribe_namespace(request)
-            elif isinstance(message, RequestOk | RequestError) and not stream.answered:
-                if message.request_id != stream.request.request_id:  # type: ignore[union-attr]
-                    raise ProtocolError("a namespace subscription's reply names another request")
-                stream.answered = True
-                self._on_request_reply(message)
-            elif isinstance(message, Namespace | NamespaceDone) and stream.answered:
-                full = stream.request.namespace + message.namespace  # type: ignore[union-attr]
-                self._events.append(
-                    ev.NamespaceAnnounced(full)
-                    if isinstance(message, Namespace)
-                    else ev.NamespacePublishDone(full)
-                )
-            else:
-                raise ProtocolError(f"{type(message).__name__} on a namespace subscription")
-        if end_stream:
-            self._namespace_stream_over(stream_id)
-
-    def _namespace_stream_over(self, stream_id: int) -> None:
+    def _namespace_stream_over(self, stream: RequestStream) -> None:
         """The peer closed a namespace subscription's stream: its subscription is over, or
         (ours) the peer ended it."""
-        stream = self._namespace_streams.forget(stream_id)
-        if stream is None or stream.request is None:
-            return
         request = stream.request
+        assert isinstance(request, SubscribeNamespace)
+        self._request_streams.close(stream)
         if stream.ours:
             pop_if(self._namespace_subscriptions, request.namespace, request.request_id)
             self._outbound.pop(request.request_id, None)
@@ -248,7 +197,7 @@ class NamespaceRequests:
         whatever it asked to hear: such a peer is told of it there or not at all."""
         return any(
             isinstance(request, SubscribeNamespace)
-            and self._namespace_streams.of(request_id) is not None
+            and self._request_streams.of(request_id) is not None
             and has_prefix(namespace, request.namespace)
             for request_id, request in self._inbound.items()
         )
@@ -258,87 +207,3 @@ class NamespaceRequests:
             if isinstance(request, request_type) and request.namespace == namespace:
                 return request_id
         return None
-
-
-@dataclass(slots=True)
-class NamespaceStream:
-    """One namespace subscription's stream (draft 16). `request` is None on a peer's stream
-    until its SUBSCRIBE_NAMESPACE arrived."""
-
-    stream_id: int
-    ours: bool
-    request: SubscribeNamespace | None = None
-    answered: bool = False
-    buffer: bytearray = field(default_factory=bytearray)
-
-
-class NamespaceStreams:
-    """The namespace subscriptions' streams, ours and the peer's, and their messages."""
-
-    def __init__(self, quic: QuicConnectionLike, draft: Draft) -> None:
-        self._quic = quic
-        self._draft = draft
-        self._streams: dict[int, NamespaceStream] = {}
-
-    def has(self, stream_id: int) -> bool:
-        return stream_id in self._streams
-
-    def of(self, request_id: int) -> NamespaceStream | None:
-        return next(
-            (s for s in self._streams.values() if s.request and s.request.request_id == request_id),
-            None,
-        )
-
-    def open(self, request: ControlMessage) -> None:
-        """Our subscription: a new stream, the request its first message."""
-        assert isinstance(request, SubscribeNamespace)
-        with caller_errors():
-            data = request.encode(self._draft)
-        stream_id = self._quic.get_next_available_stream_id(False)
-        self._streams[stream_id] = NamespaceStream(stream_id, ours=True, request=request)
-        self._quic.send_stream_data(stream_id, data, False)
-
-    def send(self, stream: NamespaceStream, message: ControlMessage, end: bool = False) -> None:
-        self._quic.send_stream_data(stream.stream_id, message.encode(self._draft), end)
-        if end:
-            del self._streams[stream.stream_id]
-
-    def close(self, stream: NamespaceStream) -> None:
-        """End the subscription from our side (FIN); it is forgotten."""
-        self._quic.send_stream_data(stream.stream_id, b"", True)
-        self._streams.pop(stream.stream_id, None)
-
-    def forget(self, stream_id: int) -> NamespaceStream | None:
-        return self._streams.pop(stream_id, None)
-
-    def received(self, stream_id: int, data: bytes) -> tuple[NamespaceStream, list[ControlMessage]]:
-        """The messages `data` completes on a namespace stream (a new one is the peer's).
-        What waits for the rest of a message is one message at most (its length is 16 bits)."""
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            stream = self._streams[stream_id] = NamespaceStream(stream_id, ours=False)
-        stream.buffer += data
-        return stream, decode_buffered(stream.buffer, self._draft)
-
-    def announcing(self, namespace: tuple[bytes, ...]) -> list[tuple[NamespaceStream, Namespace]]:
-        """The peer's accepted subscriptions that hear of `namespace`, each with the
-        NAMESPACE (the suffix past its prefix) it gets."""
-        found = []
-        for stream in self._streams.values():
-            request = stream.request
-            if (
-                not stream.ours
-                and stream.answered
-                and request is not None
-                and request.options != NamespaceOptions.PUBLISH
-                and has_prefix(namespace, request.namespace)
-            ):
-                found.append((stream, Namespace(namespace[len(request.namespace) :])))
-        return found
-
-    def peers_first(self, stream: NamespaceStream, message: ControlMessage) -> SubscribeNamespace:
-        """The first message on the peer's stream, which must be its SUBSCRIBE_NAMESPACE."""
-        if stream.request is not None or not isinstance(message, SubscribeNamespace):
-            raise ProtocolError(f"{type(message).__name__} on a namespace subscription's stream")
-        stream.request = message
-        return message
