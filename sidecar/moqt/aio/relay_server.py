@@ -100,11 +100,13 @@ async def start_relay(
     With ``authorizer``, each session must present a token (``auth``) and is held to what it
     grants; ``upstream_token`` gives the token for each (re)connection to the upstream
     relay, read anew each time (a mounted secret rotates)."""
-    relay = Relay(limits, authorizer)
+    loop = asyncio.get_running_loop()
+    relay = Relay(limits, authorizer, clock=loop.time)
+    timers = _Timers(relay)
     numbers = itertools.count(1)
 
     def on_session(connection: transport.MoqtConnection) -> transport.MoqtEventHandler:
-        return _attach(relay, connection, f"session-{next(numbers)}")[1]
+        return _attach(relay, connection, f"session-{next(numbers)}", timers.rearm)[1]
 
     server = await transport.serve(host, port, settings, on_session, cert=cert, key=key)
     url = f"moqt://{transport.MoqtUrl(host, port, '/').authority}"
@@ -113,31 +115,60 @@ async def start_relay(
         task = asyncio.ensure_future(
             _keep_upstream(relay, upstream, upstream_settings or settings, upstream_token)
         )
-    expiry = asyncio.ensure_future(_expire(relay))
+    expiry = asyncio.ensure_future(timers.run())
     return RelayServer(relay, server, url, task, expiry)
 
 
 def _attach(
-    relay: Relay, connection: transport.MoqtConnection, name: str
+    relay: Relay,
+    connection: transport.MoqtConnection,
+    name: str,
+    after: Callable[[], None] = lambda: None,
 ) -> tuple[RelayPeer, transport.MoqtEventHandler]:
-    """Make ``connection`` a peer of ``relay``; its events go to the relay from now on."""
+    """Make ``connection`` a peer of ``relay``; its events go to the relay from now on
+    (and then `after` runs)."""
     peer = ConnectionLink.attach(relay, connection, name)
     assert isinstance(peer, RelayPeer)  # what ``Relay.add_peer`` makes
 
     def on_event(event: MoqtEvent) -> None:
         relay.handle(peer, event)
+        after()
 
     return peer, on_event
 
 
-async def _expire(relay: Relay) -> None:
-    """End sessions whose token expired, within a second of its ``exp``; drop cached tracks
-    past their retention."""
-    loop = asyncio.get_running_loop()
-    while True:
-        await asyncio.sleep(EXPIRY_EVERY_S)
-        relay.expire_grants(time.time())
-        relay.expire_orphans(loop.time())
+class _Timers:
+    """The relay's clocked work: held SUBSCRIBEs when their wait is over (`Relay.tick`,
+    to the millisecond: an event that holds a sooner one wakes it), and once a second the
+    sessions whose token expired (within a second of its ``exp``) and cached tracks past
+    their retention."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+        self._wake = asyncio.Event()
+        self._planned = float("inf")
+
+    def rearm(self) -> None:
+        """After an event: wake up sooner if the relay now has earlier work."""
+        due = self._relay.next_timer()
+        if due is not None and due < self._planned:
+            self._wake.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        every = loop.time() + EXPIRY_EVERY_S
+        while True:
+            self._planned = min(every, self._relay.next_timer() or every)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(self._planned):
+                    await self._wake.wait()
+            self._wake.clear()
+            now = loop.time()
+            self._relay.tick(now)
+            if now >= every:
+                self._relay.expire_grants(time.time())
+                self._relay.expire_orphans(now)
+                every = now + EXPIRY_EVERY_S
 
 
 async def _keep_upstream(

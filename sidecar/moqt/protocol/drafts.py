@@ -157,10 +157,9 @@ DRAFT_18 = Draft(
 )
 
 CODED: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16, DRAFT_18)}
-"""Every draft whose messages and objects kvmoq can encode and decode. Draft 18's sessions
-are not built yet (its SETUP, request streams and rendezvous), so it is not spoken."""
+"""Every draft whose messages and objects kvmoq can encode and decode."""
 
-DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16)}
+DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16, DRAFT_18)}
 """Every draft a session can speak."""
 SPOKEN: tuple[Draft, ...] = (DRAFT_16, DRAFT_14)
 """What a session offers unless told otherwise, newest first: every draft kvmoq speaks, so

@@ -369,8 +369,10 @@ class Origin:
     # SUBSCRIBE.
 
     def _on_subscribe(self, peer: Peer, event: ev.SubscribeRequested) -> None:
-        message = event.message
         self.counters.subscribes_received += 1
+        self._subscribe(peer, event.message)
+
+    def _subscribe(self, peer: Peer, message: Subscribe) -> None:
         unauthorized = SubscribeErrorCode.UNAUTHORIZED
         if self._unauthorized(
             peer, message.request_id, message.track.namespace, publish=False, code=unauthorized

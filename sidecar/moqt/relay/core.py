@@ -6,8 +6,9 @@ tracks, the cache, FETCH from the cache, namespace subscribers told and offered 
 the origin's code. What this module adds: authorization (``auth``: a grant per session from
 its token at SETUP), namespaces and routing (``routing``: who publishes what; the newest
 publisher of the longest prefix is asked), one upstream subscription per track, PUBLISH
-from publishers, FETCH upstream (``fetching``), an edge's upstream relay, and how long a
-gone publisher's tracks are still served from the cache (``retention``).
+from publishers, FETCH upstream (``fetching``), an edge's upstream relay, how long a
+gone publisher's tracks are still served from the cache (``retention``), and SUBSCRIBEs
+held until their track has a publisher (``rendezvous``: draft 18).
 
 Why one upstream request per track or range: the relay is a point of fan-out, and in a
 cluster (an edge's ``upstream`` is the relay above it) every request an edge sends up costs
@@ -21,6 +22,8 @@ the root can be any draft-14 relay.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from ..protocol import events as ev
@@ -58,6 +61,7 @@ from ..protocol.windows import after
 from .auth import AuthError, Authorizer, Grant
 from .fetching import Fetching
 from .records import RelayCounters, RelayLimits, RelayPeer
+from .rendezvous import Rendezvous
 from .routing import NamespaceTable, RoutingLimitExceeded
 
 logger = logging.getLogger(__name__)
@@ -71,8 +75,12 @@ class Relay(Origin):
     peers: set[RelayPeer]  # type: ignore[assignment]
 
     def __init__(
-        self, limits: RelayLimits | None = None, authorizer: Authorizer | None = None
+        self,
+        limits: RelayLimits | None = None,
+        authorizer: Authorizer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock` times held SUBSCRIBEs: `tick` must be given its time."""
         limits = limits or RelayLimits()
         super().__init__(limits, RelayCounters())
         # Checks each session's token at SETUP (``auth``); None: everyone may do anything.
@@ -86,6 +94,8 @@ class Relay(Origin):
         self.fetching = Fetching(
             self.cache, self.counters, self.serving, self.peers, limits.max_queued_bytes
         )
+        self._clock = clock
+        self.rendezvous = Rendezvous(limits.max_held_subscribes)
 
     # ------------------------------------------------------------------------------------
     # Sessions and what they may do.
@@ -100,6 +110,21 @@ class Relay(Origin):
         """End the sessions whose token expired by ``now`` (Unix seconds). Never raises."""
         for peer in [p for p in self.peers if p.access.expired(now)]:
             self._refuse_session(peer, AuthError(SessionErrorCode.EXPIRED_AUTH_TOKEN, "expired"))
+        self.serving.transmit()
+
+    def next_timer(self) -> float | None:
+        """When `tick` has work next (on `clock`), or None."""
+        return self.rendezvous.next_deadline()
+
+    def tick(self, now: float) -> None:
+        """Refuse the held SUBSCRIBEs whose wait is over (TIMEOUT). Never raises."""
+        for held in self.rendezvous.due(now):
+            try:
+                self.serving.session(held.peer).reject(
+                    held.message.request_id, SubscribeErrorCode.TIMEOUT, "no publisher came"
+                )
+            except UsageError:  # the request or the session ended meanwhile
+                continue
         self.serving.transmit()
 
     def expire_orphans(self, now: float) -> None:
@@ -221,12 +246,15 @@ class Relay(Origin):
             logger.warning("relay: %r not routed: %s", event.namespace, exc)
 
     def _publish_namespace(self, peer: Peer, namespace: Namespace) -> None:
-        """Route ``namespace`` to ``peer``; followers hear of it if it is new."""
+        """Route ``namespace`` to ``peer``; followers hear of it if it is new, and the
+        SUBSCRIBEs held for a track under it go on."""
         if self.namespaces.add_publisher(namespace, peer):
             for follower in self.followers.of(namespace):
                 self._announce(follower, namespace)
             if self.upstream is not None:
                 self._announce(self.upstream, namespace)
+        for held in self.rendezvous.met(namespace):
+            self._subscribe(held.peer, held.message)
 
     def _on_namespace_done(self, peer: Peer, event: ev.NamespacePublishDone) -> None:
         if self.namespaces.remove_publisher(event.namespace, peer):
@@ -259,8 +287,9 @@ class Relay(Origin):
 
     def _subscribe_upstream_for(self, peer: Peer, message: Subscribe) -> bool:
         publisher = self._route(message.track, peer)
-        if publisher is None:
-            return False
+        if publisher is None:  # hold it for a publisher, where it asked and none is cached
+            held = not self.cache.has_track(message.track)
+            return held and self.rendezvous.hold(peer, message, self._clock())
         track = self._track(message.track)
         if track is None:
             self.serving.session(peer).reject(
@@ -428,7 +457,12 @@ class Relay(Origin):
     # ------------------------------------------------------------------------------------
     # Peers leaving.
 
+    def _on_unsubscribed(self, peer: Peer, event: ev.Unsubscribed) -> None:
+        self.rendezvous.drop(peer, event.request_id)
+        super()._on_unsubscribed(peer, event)
+
     def _left(self, peer: RelayPeer) -> None:
+        self.rendezvous.drop(peer)
         left = "the publisher left"
         lost_upstream = peer is self.upstream
         if lost_upstream:

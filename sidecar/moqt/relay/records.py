@@ -14,6 +14,8 @@ class RelayLimits(OriginLimits):
     """Bounds on what peers can make the relay hold."""
 
     max_namespaces: int = 10_000
+    # SUBSCRIBEs held at once for a track with no publisher yet (draft 18's rendezvous).
+    max_held_subscribes: int = 1000
     # Seconds the cache keeps serving a track that nobody can send any more (its publisher
     # withdrew it or left, and there is no upstream relay): None, until evicted.
     retention: float | None = None

@@ -53,6 +53,7 @@ from .namespace import (
     SubscribeNamespace,
     SubscribeNamespaceError,
     SubscribeNamespaceOk,
+    SubscribeTracks,
     UnsubscribeNamespace,
 )
 from .parameters import NO_PARAMETERS, NO_SETUP_PARAMETERS, Parameters, SetupParameters
@@ -128,6 +129,7 @@ __all__ = [
     "SubscribeNamespaceError",
     "SubscribeNamespaceOk",
     "SubscribeOk",
+    "SubscribeTracks",
     "SubscribeUpdate",
     "SubscriptionFilter",
     "TrackStatus",

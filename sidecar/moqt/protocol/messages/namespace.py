@@ -157,9 +157,10 @@ class NamespaceOptions(IntEnum):
 @dataclass(frozen=True, slots=True)
 class SubscribeNamespace(ControlMessage):
     """The prefix may be empty (moq-rs sends one right after setup). Draft 14 hears of
-    both namespaces and tracks; draft 16 says which (`options`); draft 18 hears of
-    namespaces only (it would ask for tracks with SUBSCRIBE_TRACKS, which kvmoq does not
-    send) and numbers it 0x50."""
+    both namespaces and tracks; draft 16 says which (`options`); draft 18 numbers it 0x50
+    and hears of namespaces only: it asks for tracks with SUBSCRIBE_TRACKS (options
+    PUBLISH; both at once it cannot ask in one request, and kvmoq then asks for
+    namespaces)."""
 
     TYPE: ClassVar[int] = 0x11
     TYPE_FROM: ClassVar[tuple[tuple[int, int], ...]] = ((18, 0x50),)
@@ -169,6 +170,13 @@ class SubscribeNamespace(ControlMessage):
     namespace: tuple[bytes, ...]
     parameters: Parameters = NO_PARAMETERS
     options: NamespaceOptions = NamespaceOptions.BOTH
+
+    READ_IN_18: ClassVar[NamespaceOptions] = NamespaceOptions.NAMESPACE
+
+    def wire_type(self, draft: Draft) -> int:
+        if draft.request_streams and self.options == NamespaceOptions.PUBLISH:
+            return SubscribeTracks.TYPE
+        return self.type_in(draft.number)
 
     def encode_payload(self, draft: Draft) -> bytes:
         options = draft.wire.varint(self.options) if draft.namespace_options else b""
@@ -184,7 +192,7 @@ class SubscribeNamespace(ControlMessage):
     @classmethod
     def decode_payload(cls, reader: Reader, draft: Draft) -> Self:
         request_id, prefix = reader.varint(), reader.tuple(allow_empty=True)
-        options = NamespaceOptions.NAMESPACE if draft.request_streams else NamespaceOptions.BOTH
+        options = cls.READ_IN_18 if draft.request_streams else NamespaceOptions.BOTH
         if draft.namespace_options:
             value = reader.varint()
             if value > NamespaceOptions.BOTH:
@@ -192,6 +200,18 @@ class SubscribeNamespace(ControlMessage):
             options = NamespaceOptions(value)
         _, parameters = decode_message_parameters(reader, draft)
         return cls(request_id, prefix, parameters, options)
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class SubscribeTracks(SubscribeNamespace):
+    """Draft 18's request for the tracks under a prefix (PUBLISH, each on a stream of its
+    own): a `SubscribeNamespace` that asks for tracks alone, as draft 16 says it."""
+
+    TYPE: ClassVar[int] = 0x51
+    TYPE_FROM: ClassVar[tuple[tuple[int, int], ...]] = ()
+    SINCE: ClassVar[int] = 18
+    READ_IN_18: ClassVar[NamespaceOptions] = NamespaceOptions.PUBLISH
 
 
 @_register

@@ -19,12 +19,13 @@ from .namespace import (
     SubscribeNamespace,
     SubscribeNamespaceError,
     SubscribeNamespaceOk,
+    SubscribeTracks,
 )
 from .publish import Publish, PublishError, PublishOk
 from .subscribe import Subscribe, SubscribeError, SubscribeOk
 from .track_status import TrackStatus, TrackStatusError, TrackStatusOk
 
-ERROR_OF_REQUEST: dict[type[ControlMessage], type[_RequestError]] = {
+_ERRORS: dict[type[ControlMessage], type[_RequestError]] = {
     Subscribe: SubscribeError,
     Publish: PublishError,
     Fetch: FetchError,
@@ -32,9 +33,10 @@ ERROR_OF_REQUEST: dict[type[ControlMessage], type[_RequestError]] = {
     PublishNamespace: PublishNamespaceError,
     SubscribeNamespace: SubscribeNamespaceError,
 }
+REQUEST_OF_ERROR = {error: request for request, error in _ERRORS.items()}
+"""The request each *_ERROR refuses (any of its kind)."""
+ERROR_OF_REQUEST = {**_ERRORS, SubscribeTracks: SubscribeNamespaceError}
 """The *_ERROR that refuses each request."""
-REQUEST_OF_ERROR = {error: request for request, error in ERROR_OF_REQUEST.items()}
-"""The request each *_ERROR refuses."""
 REQUEST_OF_OK: dict[type[ControlMessage], type[ControlMessage]] = {
     SubscribeOk: Subscribe,
     PublishOk: Publish,
