@@ -21,7 +21,7 @@ from sidecar.moqt.protocol.data import (
     SubgroupObject,
     decode_datagram,
 )
-from sidecar.moqt.protocol.drafts import DRAFT_14_VERSION, DRAFT_16, DRAFTS
+from sidecar.moqt.protocol.drafts import DRAFT_14, DRAFT_14_VERSION, DRAFT_16, DRAFT_18, DRAFTS
 from sidecar.moqt.protocol.errors import NeedMoreData, ProtocolError
 from sidecar.moqt.protocol.messages.base import decode_control
 from sidecar.moqt.protocol.messages.parameters import SetupParameters, authorization_token
@@ -66,7 +66,7 @@ def setup_parameters(data: bytes) -> None:
     from sidecar.moqt.protocol.wire import Reader
 
     parameters = SetupParameters.decode(Reader(data))
-    _authorizer().grant(parameters)
+    _authorizer().grant(parameters, DRAFT_14)
 
 
 @cache
@@ -86,10 +86,12 @@ def _control_seeds() -> list[bytes]:
         GroupOrder.ASCENDING, True, m.SubscriptionFilter(m.FilterType.LARGEST_OBJECT),
     )  # fmt: skip
     draft_16 = m.ClientSetup((), setup.parameters).encode(DRAFT_16) + subscribe.encode(DRAFT_16)
+    draft_18 = m.Setup(m.SetupParameters(path=b"/x")).encode(DRAFT_18) + subscribe.encode(DRAFT_18)
     return [
         b"\x00" + setup.encode() + subscribe.encode(),
         b"\x03" + setup.encode(),
         b"\x00" + draft_16,
+        b"\x00" + draft_18,
     ]
 
 
@@ -100,10 +102,12 @@ def _stream_seeds() -> list[bytes]:
         o.encode(header, i - 1 if i else None) for i, o in enumerate(objects)
     )
     fetched = [FetchObject(2, 0, i, body=ObjectBody(bytes([i]) * 40)) for i in range(3)]
-    fetch_16 = FetchHeader(4).encode() + b"".join(
-        o.encode(fetched[i - 1] if i else None, DRAFT_16) for i, o in enumerate(fetched)
+    fetch_16, fetch_18 = (
+        FetchHeader(4).encode(draft)
+        + b"".join(o.encode(fetched[i - 1] if i else None, draft) for i, o in enumerate(fetched))
+        for draft in (DRAFT_16, DRAFT_18)
     )
-    return [b"\x07" + stream, b"\x00" + stream, b"\x03" + fetch_16]
+    return [b"\x07" + stream, b"\x00" + stream, b"\x03" + fetch_16, b"\x03" + fetch_18]
 
 
 def _datagram_seeds() -> list[bytes]:
@@ -112,7 +116,8 @@ def _datagram_seeds() -> list[bytes]:
 
 def _setup_seeds() -> list[bytes]:
     token = sign(_authorizer_key(), "kvcache.moq.arpa/v1", publish="", subscribe="")
-    with_token = SetupParameters(authorization_tokens=(authorization_token(token.encode()),))
+    value = authorization_token(token.encode(), DRAFT_14)
+    with_token = SetupParameters(authorization_tokens=(value,))
     return [with_token.encode(), SetupParameters(path=b"/?jwt=" + token.encode()).encode()]
 
 

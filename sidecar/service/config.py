@@ -262,7 +262,7 @@ OPTIONS: tuple[Option, ...] = (
         "reconnect and resume, then ends RELAY_GONE with what it wrote; a Load request may set "
         "its own (relay_wait); 0: never wait",
     ),
-    Option("drafts", parse_drafts, "16,14", "N,N", DRAFTS_HELP),
+    Option("drafts", parse_drafts, "18,16,14", "N,N", DRAFTS_HELP),
     Option("max_datagram_size", _positive(int), "1350", "BYTES", "QUIC packet size"),
     Option(
         "quic_backend",

@@ -3,7 +3,6 @@ message parameters, the filter's end group as a delta, FETCH objects as steps.
 
 The reference bytes are aiomoqt 0.13.3's encoder's (it speaks drafts 14 to 22), each checked
 field by field against draft-ietf-moq-transport-18's text (docs/moqt-drafts.md, section 13).
-Sessions do not speak draft 18 yet: these are its codecs, which the session will use.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from sidecar.moqt.protocol.data import (
     ObjectBody,
     SubgroupHeader,
 )
-from sidecar.moqt.protocol.drafts import DRAFT_16, DRAFT_18, DRAFTS
+from sidecar.moqt.protocol.drafts import DRAFT_16, DRAFT_18
 from sidecar.moqt.protocol.errors import DecodeError, PublishDoneStatus, RequestErrorCode
 from sidecar.moqt.protocol.messages.replies import READ_AS
 from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location
@@ -136,10 +135,6 @@ def test_a_parameter_draft_18_does_not_know_closes_the_session() -> None:
 def test_a_redirect_is_read_whole() -> None:
     raw = "05 000a | 34 | 00 | 00 | 04 6d3a2f2f | 00 | 00"  # uri "m://", same names
     _reads_back(raw, m.RequestError(m.ON_STREAM, RequestErrorCode.REDIRECT, 0, ""))
-
-
-def test_draft_18_is_coded_but_not_yet_spoken() -> None:
-    assert 18 not in DRAFTS
 
 
 # ------------------------------------------------------------------------------------------

@@ -271,6 +271,7 @@ def test_every_later_draft_form_reads_back_to_the_same_bytes(
 
 def test_drafts_are_named_by_number_and_alpn() -> None:
     assert drafts([14, 16, 14]) == (DRAFT_16, DRAFT_14)
+    assert drafts([14, 18, 16]) == EVERY
     with pytest.raises(UnknownDraft, match="MoQT draft 15 is not spoken here"):
         drafts([15])
     assert by_alpn("moqt-16", (DRAFT_16, DRAFT_14)) == DRAFT_16
@@ -364,17 +365,19 @@ def test_an_update_is_answered_and_takes_a_request_id(pair: SessionPair) -> None
 
 # The draft is the ALPN TLS settles on: real QUIC over loopback, each stack.
 
-BOTH = (DRAFT_16, DRAFT_14)
+EVERY = (DRAFT_18, DRAFT_16, DRAFT_14)
 
 
 @pytest.mark.parametrize("backend", STACKS)
 @pytest.mark.parametrize(
     ("served", "offered", "agreed"),
     [
-        (BOTH, (DRAFT_16,), DRAFT_16),
-        (BOTH, (DRAFT_14,), DRAFT_14),
-        (BOTH, BOTH, DRAFT_16),
-        ((DRAFT_14,), BOTH, DRAFT_14),
+        (EVERY, (DRAFT_18,), DRAFT_18),
+        (EVERY, (DRAFT_16,), DRAFT_16),
+        (EVERY, (DRAFT_14,), DRAFT_14),
+        (EVERY, EVERY, DRAFT_18),
+        ((DRAFT_16, DRAFT_14), EVERY, DRAFT_16),
+        ((DRAFT_14,), EVERY, DRAFT_14),
     ],
 )
 def test_the_session_speaks_the_draft_its_alpn_names(
@@ -419,13 +422,13 @@ def test_no_common_draft_means_no_session(cert: CertificatePaths) -> None:
 
 
 @pytest.mark.parametrize("backend", [DEFAULTS, "aioquic"])
-def test_one_relay_serves_sessions_of_both_drafts(backend: str, cert: CertificatePaths) -> None:
-    """`kvmoq relay --drafts 16,14` as users run it (aiopquic) and on aioquic."""
-    with running_relay(cert, "--drafts", "16,14", backend=backend) as relay:
+def test_one_relay_serves_sessions_of_every_draft(backend: str, cert: CertificatePaths) -> None:
+    """`kvmoq relay` as users run it (aiopquic) and on aioquic: it speaks every draft."""
+    with running_relay(cert, backend=backend) as relay:
         settings = relay.settings
 
         async def main() -> None:
-            for offered in ((DRAFT_16,), (DRAFT_14,), BOTH):
+            for offered in ((DRAFT_18,), (DRAFT_16,), (DRAFT_14,), EVERY):
                 client = dataclasses.replace(settings, drafts=offered)
                 async with api.connect(relay.url, client) as session:
                     assert session.connection.moqt.draft == offered[0]

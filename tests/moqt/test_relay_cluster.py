@@ -197,9 +197,9 @@ def test_a_relay_counts_its_sessions_per_draft(cert: CertificatePaths) -> None:
         async def main() -> None:
             async with Sessions(edge.process, cert) as at_edge:
                 await at_edge.open()
-                await asyncio.to_thread(edge.wait_for, "sessions_by_draft:16", 1)
+                await asyncio.to_thread(edge.wait_for, "sessions_by_draft:18", 1)
                 assert edge.metric("sessions_by_draft:14") == 1  # the root
                 assert root.metric("sessions_by_draft:14") == 1  # the edge
-                assert root.metric("sessions_by_draft:16") == 0
+                assert root.metric("sessions_by_draft:18") == 0
 
         run(main)

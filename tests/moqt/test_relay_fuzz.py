@@ -24,9 +24,15 @@ from sidecar.moqt.protocol.data import FETCH_HEADER_TYPE, FetchHeader, is_subgro
 from sidecar.moqt.protocol.drafts import DRAFTS, Draft
 from sidecar.moqt.protocol.errors import SessionErrorCode
 from sidecar.moqt.protocol.events import DataStreamEnded, RequestAccepted, SubscribeRequested
-from sidecar.moqt.protocol.messages import ClientSetup, SetupParameters, StandaloneFetch
+from sidecar.moqt.protocol.messages import (
+    ClientSetup,
+    ControlMessage,
+    Setup,
+    SetupParameters,
+    StandaloneFetch,
+)
 from sidecar.moqt.protocol.model import Location
-from sidecar.moqt.protocol.wire import Reader, encode_varint
+from sidecar.moqt.protocol.wire import encode_varint
 from tests.support import strategies
 from tests.support.relay import (
     FROM_START,
@@ -88,7 +94,7 @@ async def hostile_session(
     def attach(endpoint: transport.QuicEndpoint) -> transport.QuicEventHandler:
         def on_event(event: Any) -> None:
             name = type(event).__name__
-            if name == "StreamDataReceived" and event.stream_id == 0:
+            if name == "StreamDataReceived":  # the relay's SETUP (or SERVER_SETUP)
                 setup_answered.set()
             elif name == "ConnectionTerminated" and not closed.done():
                 closed.set_result(event.error_code)
@@ -99,12 +105,22 @@ async def hostile_session(
     settings = dataclasses.replace(relay.settings, drafts=(draft,))
     async with transport.open_connection(HOST, port, settings, attach) as endpoint:
         quic = endpoint.quic
-        versions = () if draft.setup_version is None else (draft.setup_version,)
-        setup = ClientSetup(versions, SetupParameters(path=b"/", max_request_id=10))
-        quic.send_stream_data(quic.get_next_available_stream_id(False), setup.encode(draft))
+        if draft.request_streams:  # SETUP on a control stream of its own; requests apart
+            setup: ControlMessage = Setup(SetupParameters(path=b"/"))
+            control = quic.get_next_available_stream_id(True)
+        else:
+            versions = () if draft.setup_version is None else (draft.setup_version,)
+            setup = ClientSetup(versions, SetupParameters(path=b"/", max_request_id=10))
+            control = quic.get_next_available_stream_id(False)
+        quic.send_stream_data(control, setup.encode(draft))
         endpoint.transmit()
         await asyncio.wait_for(setup_answered.wait(), CASE_TIMEOUT_S)
-        stream_id = quic.get_next_available_stream_id(True) if unidirectional else 0
+        if unidirectional:
+            stream_id = quic.get_next_available_stream_id(True)
+        elif draft.request_streams:  # where requests go: a stream of their own
+            stream_id = quic.get_next_available_stream_id(False)
+        else:
+            stream_id = control
         quic.send_stream_data(stream_id, data, fin)
         endpoint.transmit()
         return await asyncio.wait_for(closed, CASE_TIMEOUT_S)
@@ -117,7 +133,7 @@ def lying_lengths(draw: st.DrawFn, draft: Draft) -> bytes:
         encoded = draw(strategies.messages_of(draft)).encode(draft)
     except ValueError:  # what this draft cannot say (a range that ends before it starts)
         reject()
-    reader = Reader(encoded)
+    reader = draft.wire.reader(encoded)
     reader.varint()
     head = encoded[: reader.pos]
     payload = encoded[reader.pos + 2 :]
@@ -137,7 +153,7 @@ def bad_stream_types(draw: st.DrawFn, draft: Draft) -> bytes:
 def truncated_subgroups(draw: st.DrawFn, draft: Draft) -> bytes:
     """A subgroup stream whose last object promises more payload than comes before FIN."""
     header, objects = draw(strategies.subgroup_streams())
-    data = header.encode()
+    data = header.encode(draft)
     previous: int | None = None
     for obj in objects:
         if obj.body.status not in draft.object_statuses:
@@ -146,8 +162,9 @@ def truncated_subgroups(draw: st.DrawFn, draft: Draft) -> bytes:
         previous = obj.object_id
     promised = draw(st.integers(1, 5000))
     given = draw(st.binary(max_size=promised - 1))
-    extensions = encode_varint(0) if header.extensions else b""
-    return data + encode_varint(0) + extensions + encode_varint(promised) + given
+    ints = draft.wire
+    extensions = ints.varint(0) if header.extensions else b""
+    return data + ints.varint(0) + extensions + ints.varint(promised) + given
 
 
 def _fetch_header(request_id: int) -> bytes:

@@ -36,24 +36,25 @@ from tests.support.sidecar import (
 
 
 @pytest.mark.slow
-def test_a_draft_14_sidecar_publishes_and_a_draft_16_one_loads_through_one_relay(
+def test_a_draft_14_sidecar_publishes_and_a_draft_18_one_loads_through_one_relay(
     cert: CertificatePaths,
 ) -> None:
-    """One relay (as users run it, speaking both drafts) carries the KV between sessions of
-    two drafts; every element loaded is the one published."""
+    """One relay (as users run it, speaking every draft) carries the KV between a sidecar
+    held to draft 14 and one on its defaults, which takes the newest (18); every element
+    loaded is the one published."""
     prompt = list(range(2000, 2050))
     kv = synthetic_kv(LAYOUT, len(prompt))
     flags = ("--chunk-size", str(CHUNK))
     with (
-        running_relay(cert, "--drafts", "16,14", backend=DEFAULTS) as relay,
+        running_relay(cert, backend=DEFAULTS) as relay,
         shm_directory() as shm,
         running_sidecar(relay.url, cert, *flags, "--drafts", "14", datagram_size=None) as old,
-        running_sidecar(relay.url, cert, *flags, "--drafts", "16,14", datagram_size=None) as new,
+        running_sidecar(relay.url, cert, *flags, datagram_size=None) as new,
     ):
         old.wait_ready()
         new.wait_ready()
         assert old.wait_log("relay_connected")["draft"] == 14
-        assert new.wait_log("relay_connected")["draft"] == 16
+        assert new.wait_log("relay_connected")["draft"] == 18
         published = publish_whole(old, MODEL, LAYOUT, kv, prompt, shm, ["fp16"], "fp16")
         destination = ContiguousKV(LAYOUT, max_tokens=len(prompt), directory=shm)
         set_id = new.stub.RegisterBuffers(destination.request(MODEL)).buffer_set_id

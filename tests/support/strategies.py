@@ -204,6 +204,7 @@ _BY_REQUEST_ID = {
 """Where a later draft's form carries what draft 14's does not (request ids, options)."""
 _DRAFT_18 = {
     m.Setup: st.builds(m.Setup, setup_parameters),
+    m.SubscribeTracks: st.builds(m.SubscribeTracks, varints, st.just(()) | namespaces, parameters),
     m.Goaway: st.builds(m.Goaway, st.binary(max_size=64), varints, st.none() | varints),
     m.Subscribe: st.builds(
         m.Subscribe,
@@ -217,7 +218,8 @@ _DRAFT_18 = {
         },
     ),
 }
-"""What draft 18 adds: its SETUP, GOAWAY's timeout and request id, the rendezvous."""
+"""What draft 18 adds: its SETUP, SUBSCRIBE_TRACKS, GOAWAY's timeout and request id, the
+rendezvous."""
 
 
 def strategies_of(

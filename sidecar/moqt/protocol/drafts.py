@@ -161,7 +161,7 @@ CODED: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16,
 
 DRAFTS: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16, DRAFT_18)}
 """Every draft a session can speak."""
-SPOKEN: tuple[Draft, ...] = (DRAFT_16, DRAFT_14)
+SPOKEN: tuple[Draft, ...] = (DRAFT_18, DRAFT_16, DRAFT_14)
 """What a session offers unless told otherwise, newest first: every draft kvmoq speaks, so
 a relay serves peers of each and a client gets the newest its peer speaks."""
 
@@ -194,8 +194,8 @@ def parse_drafts(text: str) -> tuple[Draft, ...]:
 
 
 DRAFTS_HELP = (
-    "MoQT drafts to speak, comma-separated, the newest preferred: 16 (ALPN moqt-16) and 14 "
-    "(ALPN moq-00). Default both: a peer gets the newest it speaks too"
+    "MoQT drafts to speak, comma-separated, the newest preferred: 18 (ALPN moqt-18), 16 "
+    "(moqt-16) and 14 (moq-00). Default all three: a peer gets the newest it speaks too"
 )
 
 

@@ -544,9 +544,11 @@ class MoqtSession(NamespaceRequests):
             else:
                 self._dispatch(message)
         if end_stream:
-            ended = self._request_streams.ended(stream_id)
-            if ended is not None and isinstance(ended.request, SubscribeNamespace):
-                self._namespace_stream_over(ended)
+            if stream.buffer or stream.request is None:
+                raise ProtocolError("a request's stream ended inside a message")
+            self._request_streams.ended(stream_id)
+            if isinstance(stream.request, SubscribeNamespace):
+                self._namespace_stream_over(stream)
 
     def _request_stream_withdrawn(self, stream_id: int) -> bool:
         """The peer reset a request's stream or asked us to stop sending on it: the request
