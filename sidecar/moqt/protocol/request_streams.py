@@ -210,9 +210,7 @@ class RequestStreams:
             return stream_id <= self._newest_peer_stream
         return True
 
-    def received(
-        self, stream_id: int, data: bytes
-    ) -> tuple[RequestStream, list[ControlMessage]]:
+    def received(self, stream_id: int, data: bytes) -> tuple[RequestStream, list[ControlMessage]]:
         """The messages `data` completes on a request's stream (a new one is the peer's),
         each with the request id its stream names. What waits for the rest of a message is
         one message at most (its length is 16 bits)."""

@@ -61,8 +61,9 @@ class Rendezvous:
     def drop(self, peer: Peer, request_id: int | None = None) -> None:
         """Forget `peer`'s held SUBSCRIBE `request_id` (withdrawn), or all of them (it left)."""
         self._take(
-            lambda held: held.peer is peer
-            and (request_id is None or held.message.request_id == request_id)
+            lambda held: (
+                held.peer is peer and (request_id is None or held.message.request_id == request_id)
+            )
         )
 
     def _take(self, chosen: Callable[[Held], bool]) -> list[Held]:

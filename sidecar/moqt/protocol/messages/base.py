@@ -67,7 +67,6 @@ def read_reply_id(reader: Reader, draft: Draft) -> int:
     return ON_STREAM if draft.request_streams else reader.varint()
 
 
-
 def _encode_track(track: FullTrackName, draft: Draft) -> bytes:
     if sum(map(len, track.namespace)) + len(track.name) > MAX_FULL_TRACK_NAME:
         raise ValueError(f"full track name longer than {MAX_FULL_TRACK_NAME} bytes")
