@@ -39,9 +39,9 @@ LIFETIME_S = 300
 """No peer outlives this, even if pytest itself is killed: coreutils `timeout` wraps each one."""
 
 
-KVMOQ_RELAY_DRAFT = {"aiomoqt": "moq-transport-14", "moqrs": "moq-transport-16"}
-"""The draft each peer lands on with kvmoq's relay, which speaks 16 and 14: moq-rs takes the
-newest; the aiomoqt peer of these tests offers 14 only (`peers/aiomoqt_session.py`)."""
+KVMOQ_RELAY_DRAFT = {"aiomoqt": "moq-transport-14", "moqrs": "moq-transport-18"}
+"""The draft each peer lands on with kvmoq's relay, which speaks 18, 16 and 14: moq-rs takes
+the newest; the aiomoqt peer of these tests offers 14 only (`peers/aiomoqt_session.py`)."""
 
 
 class PeerError(AssertionError):

@@ -9,6 +9,7 @@ import pytest
 
 from sidecar.moqt.aio import api
 from sidecar.moqt.aio.tls import CertificatePaths
+from sidecar.moqt.protocol.drafts import DRAFT_16
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from tests.support.aio import run
 from tests.support.relay import RelayProcess, publisher_server, settings_for
@@ -59,9 +60,12 @@ def test_a_refused_namespace_subscription_raises_and_leaves_the_others(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
     async def main() -> None:
+        # Draft 16: at 18 each prefix followed takes two streams (its namespaces, its
+        # tracks), and 64 of them fill QUIC's 128 (aioquic's) before a 65th can be asked.
+        draft_16 = settings_for(cert, drafts=(DRAFT_16,))
         async with (
             api.connect(relay.url, settings_for(cert)) as publisher,
-            api.connect(relay.url, settings_for(cert)) as follower,
+            api.connect(relay.url, draft_16) as follower,
         ):
             # The relay lets one peer follow 64 prefixes (protocol.records.OriginLimits).
             followed = [await follower.subscribe_namespace((*PREFIX, b"%d" % i)) for i in range(64)]

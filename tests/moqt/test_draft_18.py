@@ -7,10 +7,13 @@ field by field against draft-ietf-moq-transport-18's text (docs/moqt-drafts.md, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.moqt.protocol import events as ev
 from sidecar.moqt.protocol import messages as m
 from sidecar.moqt.protocol.data import (
     DataStreamParser,
@@ -20,9 +23,16 @@ from sidecar.moqt.protocol.data import (
     SubgroupHeader,
 )
 from sidecar.moqt.protocol.drafts import DRAFT_16, DRAFT_18
-from sidecar.moqt.protocol.errors import DecodeError, PublishDoneStatus, RequestErrorCode
+from sidecar.moqt.protocol.errors import (
+    DecodeError,
+    PublishDoneStatus,
+    RequestErrorCode,
+    SessionErrorCode,
+)
 from sidecar.moqt.protocol.messages.replies import READ_AS
 from sidecar.moqt.protocol.model import FullTrackName, GroupOrder, Location
+from tests.support.memory import of
+from tests.support.quic_pair import SessionPair
 
 TRACK = FullTrackName((b"ns",), b"t")
 
@@ -213,3 +223,81 @@ def test_any_fetch_stream_reads_back(
         wire += obj.encode(previous, DRAFT_18)
         previous = obj
     assert _fed(wire, descending) == [FetchHeader(1), *objects]
+
+
+# ------------------------------------------------------------------------------------------
+# Sessions: a scripted draft-18 client (raw QUIC) against a kvmoq session.
+
+
+def _scripted() -> tuple[SessionPair, Any]:
+    """A server session of draft 18 and a raw client QUIC connection that plays its peer;
+    the server's SETUP has gone out (on its own control stream)."""
+    pair = SessionPair(draft=DRAFT_18, client_session=False)
+    pair.pump()
+    return pair, pair.client_quic
+
+
+def _setup(quic: Any) -> None:
+    stream = quic.get_next_available_stream_id(True)
+    quic.send_stream_data(stream, m.Setup(m.SetupParameters(path=b"/")).encode(DRAFT_18))
+
+
+def _request(quic: Any, *messages: m.ControlMessage) -> int:
+    stream = quic.get_next_available_stream_id(False)
+    data = b"".join(message.encode(DRAFT_18) for message in messages)
+    quic.send_stream_data(stream, data)
+    return stream
+
+
+def test_requests_sent_before_the_peers_setup_wait_for_it() -> None:
+    pair, quic = _scripted()
+    _request(quic, m.Subscribe(0, TRACK))  # draft 18 lets a client not wait for SETUP
+    pair.pump()
+    assert pair.take("server") == []
+    _setup(quic)
+    pair.pump()
+    events = pair.take("server")
+    assert [type(event) for event in events] == [ev.SetupCompleted, ev.SubscribeRequested]
+
+
+@pytest.mark.parametrize(
+    ("messages", "why"),
+    [
+        ([m.SubscribeOk(0, 1)], "opened by SubscribeOk"),
+        ([m.Subscribe(0, TRACK), m.Subscribe(2, TRACK)], "Subscribe on another request"),
+        ([m.Goaway()], "opened by Goaway"),
+    ],
+    ids=["a reply", "a second request", "a goaway"],
+)
+def test_a_request_stream_carries_one_request_and_what_belongs_to_it(
+    messages: list[m.ControlMessage], why: str
+) -> None:
+    pair, quic = _scripted()
+    _setup(quic)
+    _request(quic, *messages)
+    pair.pump()
+    (closed,) = of(pair.take("server"), ev.SessionClosed)
+    assert why in closed.reason and closed.error_code == SessionErrorCode.PROTOCOL_VIOLATION
+
+
+def test_requests_go_on_no_control_stream() -> None:
+    pair, quic = _scripted()
+    stream = quic.get_next_available_stream_id(True)
+    setup = m.Setup(m.SetupParameters(path=b"/")).encode(DRAFT_18)
+    quic.send_stream_data(stream, setup + m.Subscribe(0, TRACK).encode(DRAFT_18))
+    pair.pump()
+    (closed,) = of(pair.take("server"), ev.SessionClosed)
+    assert "Subscribe on the control stream" in closed.reason
+
+
+def test_a_reset_request_stream_withdraws_its_request() -> None:
+    pair, quic = _scripted()
+    _setup(quic)
+    stream = _request(quic, m.Subscribe(0, TRACK))
+    pair.pump()
+    pair.take("server")
+    quic.reset_stream(stream, 0x1)  # draft 18's UNSUBSCRIBE
+    pair.pump()
+    assert of(pair.take("server"), ev.Unsubscribed) == [ev.Unsubscribed(0)]
+    server = pair.server
+    assert server is not None and not server.closed and not server.awaiting()

@@ -1,6 +1,6 @@
 """The sans-I/O relay's own rules, in memory: one upstream request per track or range
-whatever the number of subscribers, FETCH from the cache when it holds the range, and
-authorization at SETUP. Real sessions over real QUIC, no process or socket (the relay
+whatever the number of subscribers, FETCH from the cache when it holds the range,
+authorization at SETUP, and draft 18's rendezvous. Real sessions over real QUIC, no process or socket (the relay
 process is tested for what needs one: tests/moqt/test_relay*.py)."""
 
 from __future__ import annotations
@@ -10,15 +10,18 @@ import base64
 import jwt
 
 from sidecar.moqt.protocol import events as ev
+from sidecar.moqt.protocol.drafts import DRAFT_18
 from sidecar.moqt.protocol.errors import (
     PublishNamespaceErrorCode,
     SessionErrorCode,
     SubscribeErrorCode,
 )
-from sidecar.moqt.protocol.messages import StandaloneFetch
+from sidecar.moqt.protocol.messages import Parameters, StandaloneFetch
 from sidecar.moqt.protocol.model import FullTrackName, Location
 from sidecar.moqt.relay.auth import Authorizer
 from sidecar.moqt.relay.core import Relay
+from sidecar.moqt.relay.records import RelayLimits
+from sidecar.moqt.relay.rendezvous import LONGEST_WAIT_S
 from tests.support.memory import Served, of
 
 NAMESPACE = (b"kvcache.moq.arpa/v1", b"smollm2", b"abc123")
@@ -109,3 +112,91 @@ def test_sessions_get_only_what_their_token_allows() -> None:
     guarded.pairs[0].advance(1.0)  # the close's draining period
     closed = of(guarded.run(), ev.SessionClosed)
     assert [c.error_code for c in closed] == [SessionErrorCode.UNAUTHORIZED]
+
+
+# Draft 18's rendezvous: a SUBSCRIBE may ask the relay to wait for its track's publisher.
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def rendezvous() -> tuple[Served, Relay, Clock]:
+    """A draft-18 relay on a clock of its own; client 0 will publish, client 1 subscribes."""
+    clock = Clock()
+    relay = Relay(clock=clock)
+    served = Served(relay, clients=2, draft=DRAFT_18)
+    for client in (0, 1):
+        served.run(client)  # its SETUP
+    return served, relay, clock
+
+
+def waiting(ms: int) -> Parameters:
+    return Parameters(rendezvous_timeout=ms)
+
+
+def test_a_subscribe_that_asks_waits_for_its_track_to_have_a_publisher() -> None:
+    served, relay, clock = rendezvous()
+    request_id = served.client(1).subscribe(TRACK, parameters=waiting(2000))
+    assert served.run(1) == []  # no answer yet: held
+    assert relay.next_timer() == clock.now + 2.0
+    clock.now += 1.0
+    served.client(0).publish_namespace(NAMESPACE)
+    (asked,) = of(served.run(0), ev.SubscribeRequested)  # it went on once a publisher came
+    served.client(0).subscribe_ok(asked.message.request_id)
+    (accepted,) = of(served.run(1), ev.RequestAccepted)
+    assert accepted.request_id == request_id
+    assert relay.next_timer() is None
+    relay.tick(clock.now + 5)
+    assert of(served.run(1), ev.RequestRejected) == []
+
+
+def test_a_subscribe_held_past_its_wait_is_refused_with_timeout() -> None:
+    served, relay, clock = rendezvous()
+    request_id = served.client(1).subscribe(TRACK, parameters=waiting(500))
+    served.run(1)
+    relay.tick(clock.now + 0.4)
+    assert served.run(1) == []
+    relay.tick(clock.now + 0.5)
+    (refused,) = of(served.run(1), ev.RequestRejected)
+    assert refused.request_id == request_id
+    assert refused.message.error_code == SubscribeErrorCode.TIMEOUT
+
+
+def test_without_a_wait_a_track_nobody_publishes_is_refused_at_once() -> None:
+    served, relay, _ = rendezvous()
+    served.client(1).subscribe(TRACK)
+    (refused,) = of(served.run(1), ev.RequestRejected)
+    assert refused.message.error_code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST  # 0x10
+    assert relay.next_timer() is None
+
+
+def test_the_wait_is_bounded_and_so_is_what_is_held() -> None:
+    clock = Clock()
+    relay = Relay(RelayLimits(max_held_subscribes=1), clock=clock)
+    served = Served(relay, clients=2, draft=DRAFT_18)
+    served.client(1).subscribe(TRACK, parameters=waiting(10**9))
+    other = FullTrackName(NAMESPACE, b"fp16")
+    served.client(1).subscribe(other, parameters=waiting(1000))
+    (refused,) = of(served.run(1), ev.RequestRejected)  # no room: refused at once
+    assert refused.message.error_code == SubscribeErrorCode.TRACK_DOES_NOT_EXIST
+    assert relay.next_timer() == clock.now + LONGEST_WAIT_S
+
+
+def test_a_held_subscribe_withdrawn_or_whose_session_left_is_forgotten() -> None:
+    served, relay, _ = rendezvous()
+    subscriber = served.client(1)
+    request_id = subscriber.subscribe(TRACK, parameters=waiting(5000))
+    served.run(1)
+    subscriber.unsubscribe(request_id)  # draft 18: its stream is reset
+    served.run(1)
+    assert relay.next_timer() is None
+    subscriber.subscribe(FullTrackName(NAMESPACE, b"fp16"), parameters=waiting(5000))
+    served.run(1)
+    assert relay.next_timer() is not None
+    served.origin.handle(served.peers[1], ev.SessionClosed(0, "gone", True))
+    assert relay.next_timer() is None

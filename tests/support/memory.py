@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from sidecar.moqt.protocol import events as ev
+from sidecar.moqt.protocol.drafts import DRAFT_14, Draft
 from sidecar.moqt.protocol.origin import Origin
 from sidecar.moqt.protocol.records import Peer
 from sidecar.moqt.protocol.session import MoqtSession
@@ -33,9 +34,9 @@ class MemoryLink:
 class Served:
     """``clients`` sessions whose server sides are peers of ``origin``."""
 
-    def __init__(self, origin: Origin, *, clients: int = 1) -> None:
+    def __init__(self, origin: Origin, *, clients: int = 1, draft: Draft = DRAFT_14) -> None:
         self.origin = origin
-        self.pairs = [SessionPair() for _ in range(clients)]
+        self.pairs = [SessionPair(draft=draft) for _ in range(clients)]
         self.peers: list[Peer] = [
             origin.add_peer(pair.sessions()[1], MemoryLink(), f"client {n}")
             for n, pair in enumerate(self.pairs)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from .drafts import DRAFT_14, Draft
-from .errors import DecodeError, NeedMoreData, ObjectTooLarge
+from .errors import DecodeError, NeedMoreData, ObjectTooLarge, SessionErrorCode
 from .model import ObjectStatus
 from .wire import Buffer, Reader, decode_kvps, encode_kvps
 
@@ -446,7 +446,12 @@ def _read_extensions(reader: Reader, draft: Draft) -> bytes:
     pairs = decode_kvps(raw, draft.delta_types, draft.wire)
     if draft.kvps_as_kept:
         return raw
-    absolute = encode_kvps(pairs)
+    try:
+        absolute = encode_kvps(pairs)
+    except ValueError:  # draft 18's integers reach 2**64 - 1, draft 14's 2**62 - 1
+        raise DecodeError(
+            "an extension past what draft 14 can hold", SessionErrorCode.KEY_VALUE_FORMATTING_ERROR
+        ) from None
     if len(absolute) > MAX_EXTENSIONS_LENGTH:
         raise DecodeError(f"extensions longer than {MAX_EXTENSIONS_LENGTH} bytes as draft 14's")
     return absolute

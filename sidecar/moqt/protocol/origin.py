@@ -72,7 +72,8 @@ class TooManyPrefixes(Exception):
 class Followers:
     """Which peers asked (SUBSCRIBE_NAMESPACE) to hear of which namespace prefixes, and
     whether each wants the tracks under it offered (draft 16 lets it ask for namespaces
-    alone; a draft-14 follower always gets both)."""
+    alone; a draft-14 follower always gets both; draft 18 asks for each apart, and the
+    tracks of a prefix once asked for stay wanted until it is unfollowed)."""
 
     def __init__(self, max_prefixes_per_peer: int) -> None:
         self.max_prefixes_per_peer = max_prefixes_per_peer
@@ -82,7 +83,7 @@ class Followers:
         prefixes = self._prefixes.setdefault(peer, {})
         if prefix not in prefixes and len(prefixes) >= self.max_prefixes_per_peer:
             raise TooManyPrefixes(f"a peer may follow {self.max_prefixes_per_peer} prefixes")
-        prefixes[prefix] = tracks
+        prefixes[prefix] = prefixes.get(prefix, False) or tracks
 
     def remove(self, peer: Peer, prefix: Namespace) -> None:
         prefixes = self._prefixes.get(peer)
@@ -276,6 +277,7 @@ class Origin:
             )
             return
         tracks = message.options != NamespaceOptions.NAMESPACE
+        namespaces = message.options != NamespaceOptions.PUBLISH
         try:
             self.followers.add(peer, message.namespace, tracks)
         except TooManyPrefixes as exc:
@@ -288,7 +290,7 @@ class Origin:
             *self._published_under(message.namespace),
             *self._local_namespaces(message.namespace),
         }
-        for namespace in sorted(held):
+        for namespace in sorted(held) if namespaces else ():
             self._announce(peer, namespace)
         for track in list(self.tracks.values()) if tracks else ():
             if has_prefix(track.name.namespace, message.namespace):

@@ -95,6 +95,9 @@ from .session_namespaces import NamespaceRequests, pop_if
 
 logger = logging.getLogger(__name__)
 
+MAX_EARLY_BYTES = 64 * 1024
+"""What a draft-18 peer may send on request streams before its SETUP arrives."""
+
 
 class MoqtSession(NamespaceRequests):
     """One MoQT session (client or server role) on one QUIC connection. See the module doc."""
@@ -129,6 +132,8 @@ class MoqtSession(NamespaceRequests):
         self._control_in_id: int | None = None  # where the peer's come (the same stream
         # until draft 18, where each side has a unidirectional one)
         self._control_buffer = bytearray()
+        self._early: list[tuple[int, bytes, bool]] = []  # request streams before SETUP
+        self._early_bytes = 0
 
         self._ids = RequestIds(
             is_client,
@@ -142,6 +147,9 @@ class MoqtSession(NamespaceRequests):
         self._outbound: dict[int, ControlMessage] = {}  # our requests awaiting a reply
         self._announced: dict[tuple[bytes, ...], int] = {}  # our PUBLISH_NAMESPACEs
         self._namespace_subscriptions: dict[tuple[bytes, ...], int] = {}  # ours
+        # Draft 18: our SUBSCRIBE_TRACKS beside each SUBSCRIBE_NAMESPACE, by the latter's id
+        # (what answers them is not reported: the namespace subscription's reply is).
+        self._track_subscriptions: dict[int, int] = {}
 
         self._incoming = Incoming(quic, self.limits, self._ids, self._emit, draft)
         self._request_streams = RequestStreams(quic, draft, is_client)
@@ -527,12 +535,21 @@ class MoqtSession(NamespaceRequests):
         self.peer_parameters = params
         self._ids.limit = params.max_request_id or 0
         self._events.append(ev.SetupCompleted(self.draft, params))
+        early, self._early = self._early, []
+        for stream_id, data, end_stream in early:
+            self._on_request_stream(stream_id, data, end_stream)
 
     # Requests' own streams (draft 16's namespace subscriptions; every request of draft 18).
 
     def _on_request_stream(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         if not self.setup_complete:
-            raise ProtocolError("a request stream before SETUP")
+            # Draft 18 lets a peer send requests before our SETUP reached it: they wait
+            # for the peer's (a bounded amount).
+            self._early_bytes += len(data)
+            if not self.draft.request_streams or self._early_bytes > MAX_EARLY_BYTES:
+                raise ProtocolError("a request stream before SETUP")
+            self._early.append((stream_id, data, end_stream))
+            return
         if self._request_streams.stale(stream_id):
             return  # the rest of a request that is over
         stream, messages = self._request_streams.received(stream_id, data)
@@ -667,6 +684,8 @@ class MoqtSession(NamespaceRequests):
 
     def _on_ok(self, message: Any) -> None:
         request = self._take_reply(message, REQUEST_OF_OK)
+        if isinstance(request, SubscribeTracks):
+            return
         if isinstance(request, TrackStatus):
             self._request_streams.finish(message.request_id)
         elif isinstance(request, Fetch) and request.group_order == GroupOrder.PUBLISHER_DEFAULT:
@@ -681,6 +700,9 @@ class MoqtSession(NamespaceRequests):
         request = self._take_reply(message, REQUEST_OF_ERROR)
         request_id = message.request_id
         self._request_streams.finish(request_id)
+        if isinstance(request, SubscribeTracks):
+            logger.info("moqt session: the peer offers no tracks under %r", request.namespace)
+            return
         if isinstance(request, Subscribe):
             self._incoming.forget(request_id)
         elif isinstance(request, Publish):
@@ -691,6 +713,11 @@ class MoqtSession(NamespaceRequests):
             pop_if(self._announced, request.namespace, request_id)
         elif isinstance(request, SubscribeNamespace):
             pop_if(self._namespace_subscriptions, request.namespace, request_id)
+            tracks = self._track_subscriptions.pop(request_id, None)
+            stream = None if tracks is None else self._request_streams.of(tracks)
+            if stream is not None:  # its SUBSCRIBE_TRACKS goes with it
+                self._request_streams.cancel(stream)
+                self._outbound.pop(tracks, None)  # type: ignore[arg-type]
         self._events.append(ev.RequestRejected(request_id, message))
 
     def _on_publish_done(self, message: PublishDone) -> None:

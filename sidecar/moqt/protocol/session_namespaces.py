@@ -21,6 +21,7 @@ from .messages import (
     ControlMessage,
     Namespace,
     NamespaceDone,
+    NamespaceOptions,
     Parameters,
     PublishNamespace,
     PublishNamespaceCancel,
@@ -28,6 +29,7 @@ from .messages import (
     PublishNamespaceOk,
     SubscribeNamespace,
     SubscribeNamespaceOk,
+    SubscribeTracks,
     UnsubscribeNamespace,
 )
 from .model import has_prefix
@@ -55,6 +57,7 @@ class NamespaceRequests:
     _events: list[ev.MoqtEvent]
     _announced: dict[tuple[bytes, ...], int]
     _namespace_subscriptions: dict[tuple[bytes, ...], int]
+    _track_subscriptions: dict[int, int]
     _request_streams: RequestStreams
 
     def _next_id(self) -> int: ...
@@ -86,17 +89,23 @@ class NamespaceRequests:
             raise UsageError(f"already subscribed to namespace prefix {prefix!r}")
         request_id = self._request(SubscribeNamespace(self._next_id(), prefix, parameters))
         self._namespace_subscriptions[prefix] = request_id
+        if self.draft.request_streams:  # the tracks, draft 18 asks for apart; quietly
+            tracks = SubscribeTracks(self._next_id(), prefix, parameters, NamespaceOptions.PUBLISH)
+            self._track_subscriptions[request_id] = self._request(tracks)
         return request_id
 
     def unsubscribe_namespace(self, prefix: tuple[bytes, ...]) -> None:
         request_id = self._namespace_subscriptions.pop(prefix, None)
         if request_id is None:
             raise UsageError(f"no namespace subscription {prefix!r}")
-        stream = self._request_streams.of(request_id)
-        if stream is not None:
-            self._request_streams.close(stream)
-        elif not self.draft.namespace_streams:
+        if not self.draft.namespace_streams:
             self._send(UnsubscribeNamespace(prefix))
+            return
+        tracks = self._track_subscriptions.pop(request_id, None)
+        for each in (request_id,) if tracks is None else (request_id, tracks):
+            stream = self._request_streams.of(each)
+            if stream is not None:  # closing its stream ends a subscription
+                self._request_streams.close(stream)
 
     def tell_namespace(self, namespace: tuple[bytes, ...]) -> None:
         """Tell the peer of a namespace published here: on each of its namespace
