@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "relay",
         help="run a MoQT relay (routing, fan-out, object cache)",
-        description="Run a MoQT relay over raw QUIC (drafts 16 and 14; see --drafts).",
+        description="Run a MoQT relay over raw QUIC (drafts 18, 16 and 14; see --drafts).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

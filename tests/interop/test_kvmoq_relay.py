@@ -45,7 +45,7 @@ RELAYS = ("kvmoq", "kvmoq-default")
 KINDS = ("aiomoqt", "moqrs")
 CHAINS = [(pub, relay, sub) for relay in RELAYS for pub in KINDS for sub in KINDS]
 CHAINS += [("moqrs", "kvmoq-14", "moqrs")]
-"""moq-rs speaks drafts 14 and 16: a relay that offers 14 alone keeps it on 14."""
+"""moq-rs speaks drafts 14 to 18: a relay that offers 14 alone keeps it on 14."""
 
 
 @pytest.mark.interop

@@ -7,6 +7,7 @@ field by field against draft-ietf-moq-transport-18's text (docs/moqt-drafts.md, 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +302,11 @@ def test_a_reset_request_stream_withdraws_its_request() -> None:
     assert of(pair.take("server"), ev.Unsubscribed) == [ev.Unsubscribed(0)]
     server = pair.server
     assert server is not None and not server.closed and not server.awaiting()
+
+
+def test_the_documented_catalog_subscribe_is_what_draft_18_sends() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "wire-format.md").read_text()
+    marker = "as\n`tests/moqt/test_draft_18.py` asserts it:\n\n```\n"
+    block = docs.split(marker)[1].split("```")[0]
+    catalog = FullTrackName((b"kvcache.moq.arpa/v1", b"m", b"a1b2"), b"catalog")
+    assert m.Subscribe(0, catalog).encode(DRAFT_18) == bytes.fromhex(block.replace("\n", " "))

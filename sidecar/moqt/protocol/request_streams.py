@@ -25,11 +25,13 @@ from .incoming import stream_is_client_initiated
 from .messages import (
     ERROR_OF_REQUEST,
     ON_STREAM,
+    ClientSetup,
     ControlMessage,
     Fetch,
     FetchCancel,
     FetchError,
     Goaway,
+    MaxRequestId,
     Namespace,
     NamespaceDone,
     NamespaceOptions,
@@ -40,6 +42,9 @@ from .messages import (
     PublishNamespaceDone,
     RequestError,
     RequestOk,
+    RequestsBlocked,
+    ServerSetup,
+    Setup,
     Subscribe,
     SubscribeNamespace,
     SubscribeUpdate,
@@ -54,6 +59,8 @@ from .outgoing import caller_errors
 
 OPENERS = (Subscribe, Publish, Fetch, TrackStatus, PublishNamespace, SubscribeNamespace)
 """The requests that open a stream in draft 18 (draft 16: SUBSCRIBE_NAMESPACE alone)."""
+SESSION_MESSAGES = (ClientSetup, ServerSetup, Setup, Goaway, MaxRequestId, RequestsBlocked)
+"""What concerns the session, not a request: the control stream's."""
 WITHDRAWALS = (Unsubscribe, FetchCancel, PublishNamespaceDone, PublishNamespaceCancel)
 """Draft 14's messages that end a request; draft 18 resets the request's stream instead."""
 _LAST = (PublishDone, TrackStatusOk, RequestError, *ERROR_OF_REQUEST.values())
@@ -123,11 +130,12 @@ class RequestStreams:
     def route(self, message: ControlMessage) -> bool:
         """Send `message` on the stream of the request it concerns, where that request has
         one (a new request that `opens` one gets it now); False: it goes on the control
-        stream."""
+        stream. In draft 18 only GOAWAY does: what concerns a request whose stream is gone
+        (withdrawn, or ended both ways) is not sent at all."""
         if self.opens(message):
             self._open(message)
             return True
-        if isinstance(message, Goaway):
+        if isinstance(message, SESSION_MESSAGES):
             return False
         anchor = (
             message.subscription_request_id
@@ -136,7 +144,7 @@ class RequestStreams:
         )
         stream = None if anchor is None else self._by_request.get(anchor)
         if stream is None or stream.sent_end:
-            return stream is not None  # nothing more goes on a stream we closed
+            return stream is not None or self._draft.request_streams
         if isinstance(message, WITHDRAWALS):
             self.cancel(stream)
             return True
