@@ -9,6 +9,7 @@ namespace half) reads that field, and nothing else asks which draft a session ru
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -134,18 +135,11 @@ DRAFT_16 = Draft(
     publish_done_renumbered=PUBLISH_DONE_RENUMBERED_16,
     rendezvous=False,
 )
-DRAFT_18 = Draft(
-    18,
-    "moqt-18",
-    VI64,
-    setup_version=None,
-    delta_types=True,
-    request_parameters=True,
-    request_replies=True,
-    fetch_flags=True,
-    omitted_priority=True,
-    object_statuses=frozenset({0x0, 0x3, 0x4}),
-    namespace_streams=True,
+DRAFT_18 = dataclasses.replace(
+    DRAFT_16,
+    number=18,
+    alpn="moqt-18",
+    wire=VI64,
     namespace_options=False,
     request_streams=True,
     typed_parameters=True,
@@ -155,6 +149,7 @@ DRAFT_18 = Draft(
     publish_done_renumbered=PUBLISH_DONE_RENUMBERED_18,
     rendezvous=True,
 )
+"""Draft 16 with what draft 18 changed."""
 
 CODED: dict[int, Draft] = {draft.number: draft for draft in (DRAFT_14, DRAFT_16, DRAFT_18)}
 """Every draft whose messages and objects kvmoq can encode and decode."""

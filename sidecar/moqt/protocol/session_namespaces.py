@@ -14,7 +14,6 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
-from .drafts import Draft
 from .errors import ProtocolError, UsageError
 from .messages import (
     NO_PARAMETERS,
@@ -33,6 +32,7 @@ from .messages import (
     UnsubscribeNamespace,
 )
 from .model import has_prefix
+from .session_requests import SessionPart
 
 if TYPE_CHECKING:
     from .request_ids import RequestIds
@@ -45,11 +45,9 @@ def pop_if(table: dict[tuple[bytes, ...], int], key: tuple[bytes, ...], request_
         del table[key]
 
 
-class NamespaceRequests:
+class NamespaceRequests(SessionPart):
     """See the module docstring; the attributes below are the session's."""
 
-    draft: Draft
-    is_client: bool
     setup_complete: bool
     _ids: RequestIds
     _inbound: dict[int, ControlMessage]
@@ -59,13 +57,6 @@ class NamespaceRequests:
     _namespace_subscriptions: dict[tuple[bytes, ...], int]
     _track_subscriptions: dict[int, int]
     _request_streams: RequestStreams
-
-    def _next_id(self) -> int: ...
-    def _request(self, message: Any, expects_reply: bool = True) -> int: ...
-    def _send(self, message: ControlMessage) -> None: ...
-    def _reply(self, message: Any) -> None: ...
-    def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any: ...
-    def _finish_peer_request(self, request_id: int) -> None: ...
 
     def publish_namespace(
         self, namespace: tuple[bytes, ...], parameters: Parameters = NO_PARAMETERS

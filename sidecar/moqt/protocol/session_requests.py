@@ -42,13 +42,12 @@ if TYPE_CHECKING:
     from .outgoing import Outgoing
 
 
-class Requests:
-    """See the module docstring; the attributes below are the session's."""
+class SessionPart:
+    """What the session's halves (`Requests`, `session_namespaces.NamespaceRequests`) use
+    of the session itself, which `MoqtSession` defines."""
 
     draft: Draft
     is_client: bool
-    objects: Outgoing
-    _incoming: Incoming
 
     def _next_id(self) -> int: ...
     def _request(self, message: Any, expects_reply: bool = True) -> int: ...
@@ -56,6 +55,13 @@ class Requests:
     def _reply(self, message: Any) -> None: ...
     def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any: ...
     def _finish_peer_request(self, request_id: int) -> None: ...
+
+
+class Requests(SessionPart):
+    """See the module docstring; the attributes below are the session's."""
+
+    objects: Outgoing
+    _incoming: Incoming
 
     def subscribe(
         self,
