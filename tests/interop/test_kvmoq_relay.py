@@ -35,17 +35,21 @@ PROGRAMS[("kvmoq", "relay")] = Program(
 PROGRAMS[("kvmoq-default", "relay")] = Program(
     RELAY_PYTHON, ("-c", _ADAPTER), ready_stderr=re.compile(r'"backend": "aiopquic".*relay started')
 )
-PROGRAMS[("kvmoq-14", "relay")] = Program(
-    Path(sys.executable), ("-c", _ADAPTER, "--backend", "aioquic", "--drafts", "14"),
-    ready_stderr=READY,
-)  # fmt: skip
+OLDER = {"kvmoq-14": "14", "kvmoq-16": "16,14"}
+"""Relays held to older drafts (`--drafts`), by name."""
+for _name, _drafts in OLDER.items():
+    PROGRAMS[(_name, "relay")] = Program(
+        Path(sys.executable), ("-c", _ADAPTER, "--backend", "aioquic", "--drafts", _drafts),
+        ready_stderr=READY,
+    )  # fmt: skip
 RELAYS = ("kvmoq", "kvmoq-default")
 """kvmoq's relay on aioquic (Python 3.11, as the sidecar) and as users run it (3.12)."""
 
 KINDS = ("aiomoqt", "moqrs")
 CHAINS = [(pub, relay, sub) for relay in RELAYS for pub in KINDS for sub in KINDS]
-CHAINS += [("moqrs", "kvmoq-14", "moqrs")]
-"""moq-rs speaks drafts 14 to 18: a relay that offers 14 alone keeps it on 14."""
+CHAINS += [("moqrs", older, "moqrs") for older in OLDER]
+"""moq-rs speaks drafts 14 to 18: it takes the newest a relay offers (18 by default; 16 or
+14 where the relay is held to them)."""
 
 
 @pytest.mark.interop
@@ -58,7 +62,8 @@ def test_objects_cross_the_kvmoq_relay_intact(
     subscriber.expect_success(timeout=spec.timeout + 10)
     assert received(subscriber) == spec.expected()
     for kind, peer in ((pub, publisher), (sub, subscriber)):
-        draft = "moq-transport-14" if relay == "kvmoq-14" else KVMOQ_RELAY_DRAFT[kind]
+        newest = OLDER[relay].split(",")[0] if relay in OLDER else None
+        draft = KVMOQ_RELAY_DRAFT[kind] if newest is None else f"moq-transport-{newest}"
         assert str(peer.version).startswith(draft)
 
 
