@@ -119,7 +119,8 @@ class RequestStreams:
         )
 
     def opens(self, message: ControlMessage) -> bool:
-        """Whether `message`, a request of ours, goes on a new stream of its own."""
+        """Whether `message`, a request, goes on a new stream of its own (ours, or the
+        first message of a stream the peer opened)."""
         if self._draft.request_streams:
             return isinstance(message, OPENERS)
         return self._draft.namespace_streams and isinstance(message, SubscribeNamespace)
@@ -235,7 +236,7 @@ class RequestStreams:
     def _named(self, stream: RequestStream, message: ControlMessage) -> ControlMessage:
         """`message` with the ids its stream gives it, checked against what may come there."""
         if stream.request is None:  # the peer's first: its request
-            if stream.ours or not self.opens_peer(message):
+            if stream.ours or not self.opens(message):
                 raise ProtocolError(f"a request stream opened by {type(message).__name__}")
             stream.request = message
             self._by_request[message.request_id] = stream  # type: ignore[attr-defined]
@@ -265,11 +266,6 @@ class RequestStreams:
         if not isinstance(message, PublishDone):
             stream.answered = True
         return dataclasses.replace(message, request_id=own_id)
-
-    def opens_peer(self, message: ControlMessage) -> bool:
-        if self._draft.request_streams:
-            return isinstance(message, OPENERS)
-        return isinstance(message, SubscribeNamespace)
 
     def ended(self, stream_id: int) -> RequestStream | None:
         """The peer ended its side (FIN); the stream, if it was a request's."""
