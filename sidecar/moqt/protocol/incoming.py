@@ -71,12 +71,17 @@ class Incoming:
         ids: RequestIds,
         emit: Callable[[ev.MoqtEvent], None],
         draft: Draft = DRAFT_14,
+        *,
+        fetch_over: Callable[[int], None],
     ) -> None:
+        """`fetch_over` hears of each FETCH of ours that is over (its stream ended, it was
+        refused or cancelled), as `Outgoing`'s hears of the peer's."""
         self._quic = quic
         self._draft = draft
         self._limits = limits
         self._ids = ids
         self._emit = emit
+        self._fetch_ended = fetch_over
         self._tracks: dict[int, RemoteTrack] = {}
         self._by_alias: dict[int, RemoteTrack] = {}
         self._fetches: set[int] = set()  # our fetches whose stream may still come
@@ -148,6 +153,7 @@ class Incoming:
     def _fetch_over(self, request_id: int) -> None:
         self._fetches.discard(request_id)
         self._descending.discard(request_id)
+        self._fetch_ended(request_id)
 
     def cancel_fetch(self, request_id: int) -> None:
         """We cancel our FETCH: its stream, if it came, is read no further."""

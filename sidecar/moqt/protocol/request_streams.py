@@ -103,9 +103,6 @@ class RequestStreams:
     def of(self, request_id: int) -> RequestStream | None:
         return self._by_request.get(request_id)
 
-    def has(self, stream_id: int) -> bool:
-        return stream_id in self._streams
-
     def carries(self, stream_id: int, control_stream_id: int | None) -> bool:
         """Whether a bidirectional stream is a request's: in draft 18 every one is; in
         draft 16 ours and the peer's after the control stream."""

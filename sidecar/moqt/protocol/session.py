@@ -143,8 +143,10 @@ class MoqtSession(Requests, NamespaceRequests):
         # (what answers them is not reported: the namespace subscription's reply is).
         self._track_subscriptions: dict[int, int] = {}
 
-        self._incoming = Incoming(quic, self.limits, self._ids, self._emit, draft)
         self._request_streams = RequestStreams(quic, draft, is_client)
+        self._incoming = Incoming(
+            quic, self.limits, self._ids, self._emit, draft, fetch_over=self._request_streams.finish
+        )
         self.objects = Outgoing(
             quic,
             closed=lambda: self.closed,
@@ -619,8 +621,6 @@ class MoqtSession(Requests, NamespaceRequests):
         return isinstance(self._inbound.get(request_id), Fetch) and request_id in self._answered
 
     def _emit(self, event: ev.MoqtEvent) -> None:
-        if isinstance(event, ev.DataStreamEnded) and event.source == ev.ObjectSource.FETCH:
-            self._request_streams.finish(event.request_id)  # our FETCH is over
         self._events.append(event)
 
     def _answerable(self, request_id: int, request_type: type[ControlMessage]) -> Any:
