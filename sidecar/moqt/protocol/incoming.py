@@ -74,8 +74,8 @@ class Incoming:
         *,
         fetch_over: Callable[[int], None],
     ) -> None:
-        """`fetch_over` hears of each FETCH of ours that is over (its stream ended, it was
-        refused or cancelled), as `Outgoing`'s hears of the peer's."""
+        """`fetch_over` hears of each FETCH of ours that is over (its stream ended, or it
+        was refused), as `Outgoing`'s hears of the peer's."""
         self._quic = quic
         self._draft = draft
         self._limits = limits
@@ -151,15 +151,19 @@ class Incoming:
         self._fetch_over(request_id)
 
     def _fetch_over(self, request_id: int) -> None:
-        self._fetches.discard(request_id)
-        self._descending.discard(request_id)
+        self._forget_fetch(request_id)
         self._fetch_ended(request_id)
 
+    def _forget_fetch(self, request_id: int) -> None:
+        self._fetches.discard(request_id)
+        self._descending.discard(request_id)
+
     def cancel_fetch(self, request_id: int) -> None:
-        """We cancel our FETCH: its stream, if it came, is read no further."""
+        """We cancel our FETCH: its stream, if it came, is read no further. Withdrawing
+        the request is the session's (FETCH_CANCEL, or in draft 18 a reset): not over."""
         if request_id not in self._fetches:
             raise UsageError(f"no fetch {request_id}")
-        self._fetch_over(request_id)
+        self._forget_fetch(request_id)
         for stream_id, state in list(self._streams.items()):
             if state.request_id == request_id:
                 self._drop(stream_id)
