@@ -35,6 +35,7 @@ from sidecar.moqt.protocol.events import (
     NamespacePublished,
     ObjectReceived,
     RequestAccepted,
+    SessionClosed,
     SubscribeRequested,
     SubscriptionEnded,
 )
@@ -301,6 +302,8 @@ async def send_groups(
     moqt = publisher.moqt
     sent = 0
     for group in range(first, first + groups):
+        # A session closed under the test says why (the flake of a cluster test in CI did not).
+        assert not publisher.of(SessionClosed), publisher.of(SessionClosed)
         stream = moqt.objects.open_subgroup(request_id, group)
         for obj in range(objects):
             moqt.objects.send_object(
