@@ -145,11 +145,12 @@ def test_a_chunk_that_cannot_land_in_time_stops_the_load(
 def test_each_chunk_gets_its_share_of_the_time_and_the_last_one_the_rest(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
-    """Two chunks, in the time 4.5 int8 chunks take (I: an int8 chunk's seconds, about half
+    """Two chunks, in the time 5.5 int8 chunks take (I: an int8 chunk's seconds, about half
     an fp16 chunk's, F). The first gets a third of it (the recent, last chunk counts two
-    shares): 1.5 I, enough for int8 but not fp16. The last gets all the time left, about
-    3.5 I: fp16. Giving the first chunk the whole time (fp16), or miscounting the chunks
-    left by one (first on fp16; or last with a third of the time left, 1.2 I: int8) each
+    shares): 1.8 I, enough for int8 but not fp16. The last gets all the time left, about
+    4.5 I: fp16, even if a loaded machine slows the first chunk and the rate estimate drops
+    by half again. Giving the first chunk the whole time (fp16), or miscounting the chunks
+    left by one (first on fp16; or last with a third of the time left, 1.5 I: int8) each
     change a track below."""
 
     async def test(load: Load) -> None:
@@ -157,7 +158,7 @@ def test_each_chunk_gets_its_share_of_the_time_and_the_last_one_the_rest(
         rate = warm.subscriber.throughput.bytes_per_second
         int8, fp16 = (chunk_bytes(warm.prompt, track) / rate for track in ("int8", "fp16"))
         assert 1.8 * int8 < fp16 < 2.2 * int8
-        deadline = 4.5 * int8
+        deadline = 5.5 * int8
         result = (await load(2, deadline, rate)).result
         assert result.stopped is StopReason.COMPLETE, result
         assert [chunk.track for chunk in result.loaded] == ["int8", "fp16"], result.loaded
