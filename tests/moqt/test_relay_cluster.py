@@ -23,7 +23,7 @@ from sidecar.moqt.protocol.events import (
     SubscribeRequested,
     SubscriptionEnded,
 )
-from tests.support.aio import run
+from tests.support.aio import off_the_loop, run
 from tests.support.relay import (
     FROM_START,
     NAMESPACE,
@@ -153,7 +153,7 @@ def test_an_edge_reconnects_and_announces_again_when_its_root_restarts(
                 root.process.process.send_signal(signal.SIGKILL)  # gone without a word
                 await asyncio.to_thread(b.wait_for, "upstream_up", 0)
 
-                with cluster_relay(cert, port=port, backend=backend) as again:
+                async with off_the_loop(cluster_relay(cert, port=port, backend=backend)) as again:
                     for edge in (a, b):
                         await asyncio.to_thread(edge.wait_for, "upstream_sessions", 2)
                     late = await at_b.open()

@@ -13,6 +13,7 @@ from sidecar.moqt.aio.tls import CertificatePaths
 from sidecar.service.relay_link import Backoff, RelayLink
 from sidecar.transfer.adapt import ThroughputEstimate
 from sidecar.transfer.publisher import KVPublisher
+from tests.support.aio import off_the_loop
 from tests.support.relay import running_relay, settings_for
 
 WAIT_S = 30.0
@@ -42,14 +43,14 @@ def test_the_next_session_starts_from_the_throughput_the_last_one_measured(
     async def main() -> None:
         running = asyncio.ensure_future(link.run())
         try:
-            with running_relay(cert, port=port):
+            async with off_the_loop(running_relay(cert, port=port)):
                 await until(lambda: link.subscriber is not None)
                 first = link.subscriber
                 assert first is not None and first.throughput == ThroughputEstimate()
                 first.throughput = measured  # as its loads would have left it
                 first.track_throughput["int8"] = measured
             await until(lambda: link.subscriber is None)
-            with running_relay(cert, port=port):
+            async with off_the_loop(running_relay(cert, port=port)):
                 await until(lambda: link.subscriber is not None)
                 assert link.subscriber is not first
                 assert link.subscriber.throughput == measured
