@@ -143,6 +143,23 @@ def test_a_parameter_draft_18_does_not_know_closes_the_session() -> None:
         m.decode_control(_hex("03 0009 | 00 | 01 01 78 | 01 74 | 01 | 0c 01"), DRAFT_18)
 
 
+def test_limits_a_publisher_may_leave_unkept_are_read_not_refused() -> None:
+    # aiomoqt's bytes: a SUBSCRIBE with SUBGROUP_DELIVERY_TIMEOUT 250 (0x06) beside
+    # OBJECT_DELIVERY_TIMEOUT 1000, a FETCH with FILL_TIMEOUT 300 (0x0A).
+    track = FullTrackName((b"ns",), b"t")
+    _reads_back(
+        "03 0017 | 00 | 01 02 6e73 | 01 74 | 06 | 02 83e8 | 04 80fa | 0a 01 | 10 80 | 01 01 02"
+        "| 01 01",
+        m.Subscribe(0, track, parameters=m.Parameters(delivery_timeout=1000)),
+    )
+    _reads_back(
+        "16 0014 | 00 | 01 | 01 02 6e73 | 01 74 | 01 00 | 02 00 | 03 | 0a 812c | 16 80 | 02 01",
+        m.Fetch(0, m.StandaloneFetch(track, Location(1, 0), 2), 128, GroupOrder.ASCENDING),
+    )
+    with pytest.raises(DecodeError, match="unknown message parameter 0x6"):  # not in draft 16
+        m.decode_control(_hex("03 0009 | 00 | 01 01 78 | 01 74 | 01 | 06 01"), DRAFT_16)
+
+
 def test_a_redirect_is_read_whole() -> None:
     raw = "05 000a | 34 | 00 | 00 | 04 6d3a2f2f | 00 | 00"  # uri "m://", same names
     _reads_back(raw, m.RequestError(m.ON_STREAM, RequestErrorCode.REDIRECT, 0, ""))

@@ -20,8 +20,10 @@ DELIVERY_TIMEOUT = 0x02
 AUTHORIZATION_TOKEN = 0x03
 RENDEZVOUS_TIMEOUT = 0x04
 """Draft 18: how long (ms) a relay may hold a SUBSCRIBE for a track with no publisher yet."""
+SUBGROUP_DELIVERY_TIMEOUT = 0x06
 EXPIRES = 0x08
 LARGEST_OBJECT = 0x09
+FILL_TIMEOUT = 0x0A
 FORWARD = 0x10
 SUBSCRIBER_PRIORITY = 0x20
 SUBSCRIPTION_FILTER = 0x21
@@ -34,6 +36,11 @@ FIELD_KEYS = frozenset(
 """Draft 16's message parameters for what draft 14 sends as fixed fields (expires, largest
 location, forward, subscriber priority, filter, group order; `messages.base.Delivery`
 reads and writes them), and one draft 14 has no field for (new group request)."""
+ADVISORY_KEYS = frozenset({SUBGROUP_DELIVERY_TIMEOUT, FILL_TIMEOUT})
+"""Draft 18's limits a peer may ask a publisher to keep (drop a subgroup older than this; wait
+no longer than this for objects a FETCH needs from upstream), which kvmoq reads and does
+not act on, as it does DELIVERY_TIMEOUT: it serves what it holds, under its own bounds. They
+are dropped where they are read (no earlier draft can carry them on to the next hop)."""
 MAX_CACHE_DURATION = 0x04
 """A message parameter in draft 14, a track extension from draft 16 on (where 0x04 is free
 for draft 18's RENDEZVOUS_TIMEOUT)."""
@@ -53,8 +60,10 @@ TYPED_FORMS: dict[int, Form] = {
     DELIVERY_TIMEOUT: Form.INT,
     AUTHORIZATION_TOKEN: Form.BYTES,
     RENDEZVOUS_TIMEOUT: Form.INT,
+    SUBGROUP_DELIVERY_TIMEOUT: Form.INT,
     EXPIRES: Form.INT,
     LARGEST_OBJECT: Form.LOCATION,
+    FILL_TIMEOUT: Form.INT,
     FORWARD: Form.BYTE,
     SUBSCRIBER_PRIORITY: Form.BYTE,
     SUBSCRIPTION_FILTER: Form.BYTES,
@@ -272,6 +281,8 @@ def decode_message_parameters(
             rest.append((key, value))
         elif key == RENDEZVOUS_TIMEOUT and draft.rendezvous and rendezvous is None:
             rendezvous = value  # type: ignore[assignment]
+        elif key in ADVISORY_KEYS and draft.typed_parameters:
+            continue
         else:
             raise DecodeError(f"unknown message parameter {key:#x}")
     parameters = Parameters.of(rest)
