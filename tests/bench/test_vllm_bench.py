@@ -44,10 +44,18 @@ def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
     }
     for row in report["rows"]:
         assert row["speedup"] == pytest.approx(report["recompute_s"] / row["ttft_s"])
+    assert rows[("recompute", "-")]["tokens_loaded"] == 0
+    for key in (
+        ("vLLM prefix cache, same engine", "local"),
+        ("vLLM ExampleConnector, local files", "disk"),
+    ):
+        assert 0 < rows[key]["tokens_loaded"] < TOKENS, rows[key]  # whole blocks, not the last
     for key in kvmoq:
         row = rows[key]
         # Every chunk arrived (the prompt is 4 chunks).
         assert sum(row["chunks"].values()) == TOKENS // 128, row
+        # Every prompt token but the last, which vLLM computes to make the first new one.
+        assert row["tokens_loaded"] == TOKENS - 1, row
         assert 0 <= row["kl"] < 0.05, row
     assert rows[("kvmoq fp16", "loopback")]["chunks"] == {"fp16": TOKENS // 128}
     assert rows[("kvmoq int8", "loopback")]["chunks"] == {"int8": TOKENS // 128}
