@@ -16,9 +16,10 @@ process, with a relay and two sidecars as in a disaggregated deployment:
   speed of a local disk.
 
 TTFT is the engine's wall time for one request of one new token, alone in the engine;
-beside it, the prompt tokens the engine did not compute (vLLM's `num_cached_tokens`: its
-prefix cache and the connector's loads). Each track is loaded once, untimed, before the timed loads, so the relay's cache serves them, as
-it serves every decode node after the first. Quality: D's and E's first `QUALITY_TOKENS`
+beside it, the prompt tokens the engine did not compute (vLLM's own count for R and E; for
+D, what its sidecar wrote, `_tokens_loaded`). Each track is loaded once, untimed, before the
+timed loads, so the relay's cache serves them, as it serves every decode node after the
+first. Quality: D's and E's first `QUALITY_TOKENS`
 greedy positions with the whole vocabulary's log-probabilities against R's (KL of the
 next-token distribution while the texts agree). Throughput: a batch of `MIX_REQUESTS`
 prompts on D, half of them published by P, against R computing all of them.
@@ -375,8 +376,8 @@ def fastest(answers: Iterable[Answer]) -> Answer:
 
 
 def _row(method: str, link: str, answer: Answer, recompute_s: float) -> dict[str, Any]:
-    """A row of the table from its fastest answer: its TTFT and the prompt tokens the engine
-    did not compute (its own prefix cache and the connector's loads)."""
+    """A row of the table from its fastest answer: its TTFT and the prompt tokens vLLM counts
+    as not computed (its own prefix cache and what the connector matched)."""
     return {
         "method": method,
         "link": link,
