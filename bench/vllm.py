@@ -19,10 +19,10 @@ TTFT is the engine's wall time for one request of one new token, alone in the en
 beside it, the prompt tokens the engine did not compute (vLLM's own count for R and E; for
 D, what its sidecar wrote, `_tokens_loaded`). Each track is loaded once, untimed, before the
 timed loads, so the relay's cache serves them, as it serves every decode node after the
-first. Quality: D's and E's first `QUALITY_TOKENS`
-greedy positions with the whole vocabulary's log-probabilities against R's (KL of the
-next-token distribution while the texts agree). Throughput: a batch of `MIX_REQUESTS`
-prompts on D, half of them published by P, against R computing all of them.
+first. Quality: D's and E's first `QUALITY_TOKENS` greedy positions with the whole
+vocabulary's log-probabilities against R's (KL of the next-token distribution while the
+texts agree). Throughput: a batch of `MIX_REQUESTS` prompts on D, half of them published
+by P, against R computing all of them.
 
 Link limits (`--limits`) shape the loopback of a network namespace every process runs in
 (bench.linked), so the relay-to-sidecar link is the limited one; D's sidecar makes one
