@@ -60,13 +60,27 @@ class _Reference:
     top1: torch.Tensor
 
 
+def _prefill_tokens(context: int, score: int) -> int:
+    """How many tokens of a text to prefill for a reference of `score` tokens after `context`.
+
+    The context KV is sliced from a cached prefill (causal attention: the first `context`
+    tokens' KV does not depend on what follows), so a reference that lies within one of
+    `PLACES` and starts no earlier than its context reads that place's prefill: a text is
+    prefilled once per place, not once per scored length.
+    """
+    covering = [
+        place.context + place.score
+        for place in PLACES
+        if place.context <= context and context + score <= place.context + place.score
+    ]
+    return min(covering, default=context + score)
+
+
 @functools.cache
 def _reference(text: str, context: int, score: int) -> _Reference:
-    # The context KV is sliced from the prompt's cached KV (causal attention: the first
-    # `context` tokens' KV does not depend on what follows). Token `context + score` is only
-    # a target, never fed.
+    # Token `context + score` is only a target, never fed.
     ids = text_token_ids(text, context + score + 1)
-    context_kv = text_kv(text, context + score).kv[:, :, :context].clone()
+    context_kv = text_kv(text, _prefill_tokens(context, score)).kv[:, :, :context].clone()
     scored_ids = ids[context : context + score]
     log_probs = torch.log_softmax(forward_with_kv(load_model(), context_kv, scored_ids), dim=-1)
     return _Reference(

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sidecar.models.quality import evaluate, reference_quality
+from sidecar.models.quality import (
+    AFTER_PROMPT,
+    LONG_RUN,
+    _prefill_tokens,
+    evaluate,
+    reference_quality,
+)
 
 pytestmark = pytest.mark.model
 
@@ -54,3 +60,20 @@ def test_zeroed_kv_destroys_the_prediction() -> None:
 def test_shape_changing_round_trip_is_rejected() -> None:
     with pytest.raises(ValueError, match="shape"):
         evaluate(lambda kv: kv[:, :, 1:], context=CONTEXT, score=SCORE)
+
+
+@pytest.mark.parametrize(
+    ("context", "score", "prefill"),
+    [
+        (AFTER_PROMPT.context, AFTER_PROMPT.score, 4160),
+        (LONG_RUN.context, LONG_RUN.score, 4096),
+        (LONG_RUN.context, 256, 4096),  # within the long run: its prefill, not a 3328-token one
+        (LONG_RUN.context + 512, 64, 4096),
+        (CONTEXT, SCORE, CONTEXT + SCORE),  # before every place's context: its own
+        (AFTER_PROMPT.context, 128, 4224),  # past every place: its own
+    ],
+)
+def test_a_reference_within_a_place_reads_that_places_prefill(
+    context: int, score: int, prefill: int
+) -> None:
+    assert _prefill_tokens(context, score) == prefill
