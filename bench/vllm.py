@@ -14,6 +14,11 @@ process, with a relay and two sidecars as in a disaggregated deployment:
 * E, vLLM's ExampleConnector (KV as safetensors files in a local directory, prefix cache
   off): the first request writes the files, the next ones load them; shared storage at the
   speed of a local disk.
+* Mooncake's P and D (vLLM's MooncakeConnector, bench.mooncake), after the four above are
+  closed (six engines do not fit this machine's memory, and idle ones would take the timed
+  ones' CPU): D pulls each prompt's KV from P's memory over Mooncake's transfer engine (TCP),
+  uncompressed, as vLLM's disaggregated prefill does. Where Mooncake's package does not
+  load, the bench says why and runs without it.
 
 TTFT is the engine's wall time for one request of one new token, alone in the engine;
 beside it, the prompt tokens the engine did not compute (vLLM's own count for R and E; for
@@ -25,10 +30,9 @@ texts agree). Throughput: a batch of `MIX_REQUESTS` prompts on D, half of them p
 by P, against R computing all of them.
 
 Link limits (`--limits`) shape the loopback of a network namespace every process runs in
-(bench.linked), so the relay-to-sidecar link is the limited one; D's sidecar makes one
-untimed adaptive load on each link first, as a sidecar knows its link from the loads it has
-made. LMCache and NIXL need CUDA and do not run on this machine; Mooncake runs here (its
-transfer engine over TCP) but is not in this bench yet.
+(bench.linked), so the relay-to-sidecar link and Mooncake's P-to-D link are the limited
+ones; D's sidecar makes one untimed adaptive load on each link first, as a sidecar knows its
+link from the loads it has made. LMCache and NIXL need CUDA and do not run on this machine.
 """
 
 from __future__ import annotations
@@ -38,12 +42,12 @@ import concurrent.futures
 import math
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import harness, linked, netns
+from bench import harness, linked, mooncake, netns
 from bench.linked import Job
 from sidecar import terminal
 
@@ -68,6 +72,15 @@ LOAD_DEADLINE_BOUND_S = 600.0
 """D's connector `load_deadline`: only a bound, as each of D's requests brings its own."""
 SPEEDUP_GOAL = 5.0
 KL_GOAL = 0.01
+MOONCAKE_LOOPBACK_GOAL = 1.25
+"""kvmoq's best near-lossless load on loopback within this factor of Mooncake's TTFT, by
+whichever path it takes."""
+MOONCAKE_RELAY_GOAL = 2.0
+"""The same through the relay."""
+MOONCAKE_LIMITED_GOAL = 2.0
+"""On a limited link, kvmoq's adaptive load this many times faster than Mooncake's."""
+MOONCAKE = "Mooncake, P to D"
+NOT_RUN = "LMCache and NIXL (they need CUDA)"
 ADAPTIVE = "adaptive"
 LOOPBACK = "loopback"
 
@@ -213,23 +226,15 @@ def _measure(
     console.log(f"D loads each track once into the relay's cache ({', '.join(job.tracks)})")
     for track in job.tracks:
         d.run(request(prompts.main, (track,), deadline=deadline, max_kl=math.inf))
-    links: dict[str, dict[str, Any]] = {}
     namespace = netns.Namespace(job.namespace) if job.namespace else None
-    for link in (LOOPBACK, *job.limits):
-        if link == LOOPBACK:
-            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s, deadline)
-            continue
-        assert namespace is not None
-        limit = netns.LinkLimit.parse(link)
-        with namespace.limited(limit):
-            measured = netns.loopback_rate()
-            links[link] = {"limit_bps": limit.bits_per_second, "measured_bps": measured}
-            console.log(
-                f"link limited to {link}: a bulk TCP transfer gets {measured / 1e6:.0f} Mbit/s"
-            )
-            # D's sidecar measures the link
+
+    def kvmoq_loads(link: str) -> list[dict[str, Any]]:
+        if link != LOOPBACK:  # D's sidecar measures the link
             d.run(request(prompts.main, deadline=deadline, max_kl=job.max_kl))
-            rows += _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s, deadline)
+        return _loads(job, d, sidecar_d, prompts.main, reference, link, recompute_s, deadline)
+
+    kvmoq_rows, links = _on_links(job, namespace, console, kvmoq_loads)
+    rows += kvmoq_rows
 
     console.log(f"throughput: {MIX_REQUESTS} prompts of {MIX_TOKENS} tokens, half of them hits")
     mix = [*prompts.hits, *prompts.misses]
@@ -237,6 +242,19 @@ def _measure(
     mix_recompute = r.run(*(request(ids) for ids in mix)).seconds
     for engine in (p, d, e, r):
         engine.close()
+
+    if mooncake_missing := mooncake.unavailable_reason():
+        console.log(f"no Mooncake: {mooncake_missing}")
+    else:
+        console.log("Mooncake's P and D (the engines above closed): D pulls each prompt from P")
+        peer = mooncake.Mooncake.start(children, DTYPE)
+        peer.run(request(prompts.main))  # untimed, as D's first load of each track
+
+        def peer_loads(link: str) -> list[dict[str, Any]]:
+            return _peer_loads(job, peer, prompts.main, reference, link, recompute_s)
+
+        rows += _on_links(job, namespace, console, peer_loads)[0]
+        peer.close()
     return {
         "model": "SmolLM2-135M",
         "dtype": DTYPE,
@@ -259,7 +277,7 @@ def _measure(
         "links_skipped": job.limits_skipped,
         "relay_backend": relay.backend,
         "datagram_size": job.datagram_size,
-        "not_run_here": "LMCache and NIXL (they need CUDA); Mooncake (runs here, not added yet)",
+        "not_run_here": NOT_RUN + (f"; Mooncake: {mooncake_missing}" if mooncake_missing else ""),
     }
 
 
@@ -362,6 +380,44 @@ def _loads(
     return rows
 
 
+def _on_links(
+    job: Job,
+    namespace: netns.Namespace | None,
+    console: Console,
+    measure: Callable[[str], list[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """`measure`'s rows on loopback, then on each of the job's limited links; and each
+    limited link's limit with what a bulk TCP transfer got on it."""
+    links: dict[str, dict[str, Any]] = {}
+    rows = measure(LOOPBACK)
+    for link in job.limits:
+        assert namespace is not None
+        limit = netns.LinkLimit.parse(link)
+        with namespace.limited(limit):
+            measured = netns.loopback_rate()
+            links[link] = {"limit_bps": limit.bits_per_second, "measured_bps": measured}
+            console.log(
+                f"link limited to {link}: a bulk TCP transfer gets {measured / 1e6:.0f} Mbit/s"
+            )
+            rows += measure(link)
+    return rows, links
+
+
+def _peer_loads(
+    job: Job,
+    peer: mooncake.Mooncake,
+    prompt: list[int],
+    reference: Output,
+    link: str,
+    recompute_s: float,
+) -> list[dict[str, Any]]:
+    """Mooncake's D's TTFT on `link`, the fastest of `repeat`, judged by a quality request
+    on the same link."""
+    best = fastest(peer.run(request(prompt)) for _ in range(job.repeat))
+    (loaded,) = peer.run(request(prompt, quality=True)).outputs
+    return [_row(MOONCAKE, link, best, recompute_s) | quality(reference, loaded)]
+
+
 def _tokens_loaded(answer: Answer, chunks: dict[str, int]) -> int:
     """The prompt tokens a load brought: vLLM counts what the connector matched when the
     request was scheduled, and does not take back the chunks a load then left to compute
@@ -392,15 +448,9 @@ def _row(method: str, link: str, answer: Answer, recompute_s: float) -> dict[str
 
 
 def _goals(report: harness.Report) -> dict[str, dict[str, Any]]:
-    loopback = [
-        row
-        for row in report["rows"]
-        if row["link"] == LOOPBACK and row["kl"] is not None and row["kl"] <= KL_GOAL
-    ]
-    best = max(loopback, key=lambda row: row["speedup"], default=None)
-    adaptive = {
-        row["link"]: row["ttft_s"] for row in report["rows"] if row["method"] == f"kvmoq {ADAPTIVE}"
-    }
+    kvmoq = [row for row in report["rows"] if row["method"].startswith("kvmoq ")]
+    best = _best(kvmoq, KL_GOAL)
+    adaptive = {row["link"]: row["ttft_s"] for row in kvmoq if row["method"] == f"kvmoq {ADAPTIVE}"}
     return {
         "ttft_speedup": {
             "goal": f">= {SPEEDUP_GOAL:.0f}x recompute on loopback at KL <= {KL_GOAL}",
@@ -412,6 +462,72 @@ def _goals(report: harness.Report) -> dict[str, dict[str, Any]]:
             "goal": "adaptive TTFT <= recompute on every link",
             "ttft_s": adaptive,
             "met": bool(adaptive) and max(adaptive.values()) <= report["recompute_s"],
+        },
+        **_mooncake_goals(report, kvmoq),
+    }
+
+
+def _best(rows: list[dict[str, Any]], max_kl: float) -> dict[str, Any] | None:
+    """The fastest of `rows` on loopback at KL <= `max_kl`."""
+    admitted = [
+        row
+        for row in rows
+        if row["link"] == LOOPBACK and row["kl"] is not None and row["kl"] <= max_kl
+    ]
+    return min(admitted, key=lambda row: row["ttft_s"], default=None)
+
+
+def _near_lossless(report: harness.Report, kvmoq: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kvmoq's rows that load only near-lossless tracks (those the default quality floor
+    admits, by the codec bench's figures): each such track alone, and the adaptive load
+    when its floor is no looser. Judged by track, not by the bench's KL, which a bf16
+    engine keeps above zero even for an exact copy of the KV (Mooncake's row shows it)."""
+    from sidecar.transfer.track_quality import DEFAULT_CHOICE, DEFAULT_MAX_KL
+
+    methods = {f"kvmoq {track}" for track in DEFAULT_CHOICE.admitted(recent=True)}
+    if report["max_kl"] <= DEFAULT_MAX_KL:
+        methods.add(f"kvmoq {ADAPTIVE}")
+    return [row for row in kvmoq if row["method"] in methods]
+
+
+def _mooncake_goals(
+    report: harness.Report, kvmoq: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Against Mooncake on each link it ran on: on loopback kvmoq's best near-lossless load
+    within a factor of its TTFT, by any path and through the relay (every load here goes
+    through the relay, so both read the same rows); on a limited link kvmoq's adaptive load
+    (KL <= `KL_GOAL`) some times faster. Not met where Mooncake did not run: nothing then
+    shows how kvmoq compares."""
+    peer = {row["link"]: row["ttft_s"] for row in report["rows"] if row["method"] == MOONCAKE}
+    best = _best(_near_lossless(report, kvmoq), math.inf)
+    ratio = best["ttft_s"] / peer[LOOPBACK] if best is not None and LOOPBACK in peer else None
+    adaptive = {
+        row["link"]: row["ttft_s"]
+        for row in kvmoq
+        if row["method"] == f"kvmoq {ADAPTIVE}" and row["kl"] is not None and row["kl"] <= KL_GOAL
+    }
+    limited = [link for link in report["links"] if link in peer]
+    speedups = {link: peer[link] / adaptive[link] for link in limited if link in adaptive}
+
+    def near(factor: float, path: str) -> dict[str, Any]:
+        return {
+            "goal": f"kvmoq's best near-lossless load{path} within {factor}x of Mooncake's "
+            "TTFT on loopback",
+            "best": best and best["method"],
+            "ratio": ratio,
+            "met": ratio is not None and ratio <= factor,
+        }
+
+    return {
+        "mooncake_loopback": near(MOONCAKE_LOOPBACK_GOAL, ""),
+        "mooncake_relay": near(MOONCAKE_RELAY_GOAL, " through the relay"),
+        "mooncake_limited": {
+            "goal": f"kvmoq adaptive at KL <= {KL_GOAL} {MOONCAKE_LIMITED_GOAL:.0f}x faster than "
+            "Mooncake to the first token on every limited link",
+            "speedup": speedups,
+            "met": bool(limited)
+            and len(speedups) == len(limited)
+            and min(speedups.values()) >= MOONCAKE_LIMITED_GOAL,
         },
     }
 

@@ -25,13 +25,22 @@ PINS=(-c scripts/constraints.txt)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# Debian packages: iproute2 gives `tc`/`ip netns` for the link-limited benchmarks.
+# Debian packages: iproute2 gives `tc`/`ip netns` for the link-limited benchmarks; the RDMA
+# libraries are what Mooncake's transfer engine links even for TCP (`kvmoq bench vllm` runs
+# Mooncake beside kvmoq).
+debian=()
 if [ "$part" = all ] && ! command -v tc >/dev/null 2>&1; then
+    debian+=(iproute2)
+fi
+if [ "$part" = all ] && ! ldconfig -p | grep -q 'libibverbs.so.1 '; then
+    debian+=(libibverbs1 libnl-3-200 libnl-route-3-200)
+fi
+if [ ${#debian[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        log "installing Debian packages (iproute2)"
-        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
+        log "installing Debian packages (${debian[*]})"
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debian[@]}" >/dev/null
     else
-        log "tc not found and cannot apt-get: link-limited benchmarks will be skipped"
+        log "cannot apt-get ${debian[*]}: link-limited benchmarks and Mooncake's rows will be skipped"
     fi
 fi
 
@@ -94,6 +103,15 @@ if [ "$part" != demo ] && [ ! -f .venv-vllm/.stamp-$stamp_key ]; then
     .venv-vllm/bin/pip install -q -e ./clients/python
     rm -f .venv-vllm/.stamp-*
     touch ".venv-vllm/.stamp-$stamp_key"
+fi
+
+# Mooncake's transfer engine without CUDA, in vLLM's venv: vLLM's MooncakeConnector is the
+# peer `kvmoq bench vllm` runs beside kvmoq (the vLLM demo does not need it).
+if [ "$part" = all ] && [ ! -f .venv-vllm/.stamp-mooncake-$stamp_key ]; then
+    log "installing Mooncake's transfer engine in .venv-vllm"
+    .venv-vllm/bin/pip install -q "${PINS[@]}" "mooncake-transfer-engine-non-cuda==0.3.13.post1"
+    rm -f .venv-vllm/.stamp-mooncake-*
+    touch ".venv-vllm/.stamp-mooncake-$stamp_key"
 fi
 
 # Chart tools for tests/helm, into .tools/ (git-ignored), keyed on their pinned versions.

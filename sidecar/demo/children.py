@@ -116,29 +116,42 @@ class Children:
         name: str,
         argv: Sequence[str],
         *,
-        ready_prefix: str,
+        ready_prefix: str | None,
         timeout: float,
         env: dict[str, str] | None = None,
         stdin: bool = False,
+        own_session: bool = True,
     ) -> Child:
         """Run `argv`; return once it prints a line starting with `ready_prefix`. With
-        `stdin`, its standard input is a pipe to write requests into (else this one's)."""
+        `stdin`, its standard input is a pipe to write requests into (else this one's).
+
+        A child that announces nothing on stdout (an HTTP server, ready when it answers)
+        takes `ready_prefix` None: it is returned once started, its stdout goes to its log
+        beside its stderr, and the caller judges when it is ready.
+
+        Without `own_session` the child leads a process group in this process's session
+        (Ctrl-C still reaches this process only): where the kernel shares the CPU between
+        sessions first (Linux's autogroup), children that must answer each other while
+        others spin belong in one session.
+        """
         # Lives as long as the child (closed in stop_all), so no `with` block here.
         log = tempfile.TemporaryFile("w+")  # noqa: SIM115
         process = _SPAWNER.submit(
             subprocess.Popen,
             list(argv),
             stdin=subprocess.PIPE if stdin else None,
-            stdout=subprocess.PIPE,
+            stdout=log if ready_prefix is None else subprocess.PIPE,
             stderr=log,
             text=True,
             env={**os.environ, **(env or {})},
-            start_new_session=True,  # Ctrl-C reaches the demo only; it stops the children
+            start_new_session=own_session,  # Ctrl-C reaches the demo only; it stops the children
+            process_group=None if own_session else 0,
             preexec_fn=_dies_with(os.getpid()),
         ).result()
         child = Child(name, process, log)
         self._children.append(child)
-        child.ready_line = self._wait_ready(child, ready_prefix, timeout)
+        if ready_prefix is not None:
+            child.ready_line = self._wait_ready(child, ready_prefix, timeout)
         return child
 
     @staticmethod

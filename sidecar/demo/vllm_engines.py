@@ -34,6 +34,7 @@ configured; where that is every core (2 here) it reserves none. So on this machi
 engine computed on one core and a connector's engine on two: a plain 4096-token prefill took
 15 s, the same prefill 8 s beside a connector. Every engine here computes on every core, so
 the baselines are not slowed by a setting the engines they are compared with escape."""
+MAX_MODEL_LEN = 8192
 ANSWER = '{"event": "generated"'
 
 
@@ -150,6 +151,7 @@ def start_engine(
         str(VLLM_PYTHON), "-m", "kvmoq_client.vllm.stdio_engine",
         "--model", str(model_directory()), "--connector", connector, "--role", role,
         "--extra", json.dumps(extra or {}), "--dtype", dtype,
+        "--max-model-len", str(MAX_MODEL_LEN),
     ]  # fmt: skip
     if not prefix_caching:
         argv.append("--no-prefix-caching")
@@ -158,11 +160,17 @@ def start_engine(
         argv,
         ready_prefix='{"event": "ready"',
         timeout=ENGINE_START_S,
-        env={
-            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(RESERVED_CPUS),
-            "HF_HUB_OFFLINE": "1",
-        },
+        env=engine_env(),
         stdin=True,
     )
     return Engine(child)
+
+
+def engine_env() -> dict[str, str]:
+    """What every vLLM process started here runs with, besides this process's environment:
+    its CPU KV cache, every core to compute on, no hub."""
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": str(RESERVED_CPUS),
+        "HF_HUB_OFFLINE": "1",
+    }

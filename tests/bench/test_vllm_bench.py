@@ -1,5 +1,5 @@
-"""`kvmoq bench vllm` at a tiny size: four real vLLM engines, two sidecars and a relay, no
-link limits; its JSON, its goals and its plot."""
+"""`kvmoq bench vllm` at a tiny size: four real vLLM engines, two sidecars and a relay, then
+Mooncake's two vLLM servers, no link limits; its JSON, its goals and its plot."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import mooncake
 from sidecar.demo.vllm_engines import unavailable_reason
 from tests.support.bench_run import assert_png, run_bench
 
@@ -23,6 +24,7 @@ figures, not the rule."""
 def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
     if reason := unavailable_reason():
         pytest.skip(reason)
+    assert mooncake.unavailable_reason() is None  # scripts/setup.sh installs it
     report_path, plot_path = tmp_path / "vllm.json", tmp_path / "vllm.png"
     run = run_bench(
         "vllm",
@@ -40,6 +42,7 @@ def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
         ("recompute", "-"),
         ("vLLM prefix cache, same engine", "local"),
         ("vLLM ExampleConnector, local files", "disk"),
+        ("Mooncake, P to D", "loopback"),
         *kvmoq,
     }
     for row in report["rows"]:
@@ -57,6 +60,10 @@ def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
         # Every prompt token but the last, which vLLM computes to make the first new one.
         assert row["tokens_loaded"] == TOKENS - 1, row
         assert 0 <= row["kl"] < 0.05, row
+    # Mooncake's D computes none of the prompt and gets vLLM's KV as it was (its KL is the
+    # bf16 engine's own: a decode over a loaded KV against a whole prefill).
+    peer = rows[("Mooncake, P to D", "loopback")]
+    assert peer["tokens_loaded"] == TOKENS and peer["same_text"] and peer["kl"] < 0.01, peer
     assert rows[("kvmoq fp16", "loopback")]["chunks"] == {"fp16": TOKENS // 128}
     assert rows[("kvmoq int8", "loopback")]["chunks"] == {"int8": TOKENS // 128}
     mix = report["mix"]
@@ -66,7 +73,17 @@ def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
     assert goals["adaptive_never_worse"]["met"] == (
         rows[("kvmoq adaptive", "loopback")]["ttft_s"] <= report["recompute_s"]
     )
+    # fp16 and int8 alone, and adaptive at the default floor: near-lossless tracks only.
+    best = min((rows[key] for key in kvmoq), key=lambda row: row["ttft_s"])
+    for name, factor in (("mooncake_loopback", 1.25), ("mooncake_relay", 2.0)):
+        assert goals[name]["best"] == best["method"], goals[name]
+        assert goals[name]["ratio"] == pytest.approx(best["ttft_s"] / peer["ttft_s"])
+        assert goals[name]["met"] == (goals[name]["ratio"] <= factor)
+    # No limited link ran, so nothing shows kvmoq ahead there.
+    assert goals["mooncake_limited"]["speedup"] == {} and not goals["mooncake_limited"]["met"]
     assert report["links"] == {} and report["links_skipped"] == "--limits none"
-    assert "ExampleConnector" in run.result.stdout and "Goal" in run.result.stdout
+    assert report["not_run_here"] == "LMCache and NIXL (they need CUDA)"
+    assert "ExampleConnector" in run.result.stdout and "Mooncake" in run.result.stdout
+    assert "Goal mooncake_relay" in run.result.stdout
     assert_png(plot_path)
     assert run.leftovers() == []
