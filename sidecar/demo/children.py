@@ -1,4 +1,5 @@
-"""Child processes that announce readiness with one stdout line and die with their parent.
+"""Child processes that announce readiness with one stdout line (or answer when ready) and
+die with their parent.
 
 The demo must leave nothing behind, even on Ctrl-C, SIGTERM or a failed step, so every child
 is registered in a `Children` context that terminates (then kills) them all on exit. A parent
@@ -101,8 +102,8 @@ def _signal_group(leader: int, signum: int) -> None:
 class Children:
     """Starts children and guarantees they are gone when the `with` block ends.
 
-    The children run in sessions of their own, so a Ctrl-C reaches this process only, and
-    this process stops them. In the main thread, SIGTERM raises SystemExit while the block
+    The children run in sessions (or process groups) of their own, so a Ctrl-C reaches this
+    process only, and this process stops them. In the main thread, SIGTERM raises SystemExit while the block
     runs (its default action would end this process without stopping them), and Ctrl-C or
     SIGTERM during the stopping itself is ignored, so a second one cannot cut it short.
     """
