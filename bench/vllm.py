@@ -20,13 +20,14 @@ process, with a relay and two sidecars as in a disaggregated deployment:
   uncompressed, as vLLM's disaggregated prefill does. Where Mooncake's package does not
   load, the bench says why and runs without it.
 
-TTFT is the engine's wall time for one request of one new token, alone in the engine;
-beside it, the prompt tokens the engine did not compute (vLLM's own count for R and E; for
-D, what its sidecar wrote, `_tokens_loaded`). Each track is loaded once, untimed, before the
-timed loads, so the relay's cache serves them, as it serves every decode node after the
-first. Quality: D's and E's first `QUALITY_TOKENS` greedy positions with the whole
-vocabulary's log-probabilities against R's (KL of the next-token distribution while the
-texts agree). Throughput: a batch of `MIX_REQUESTS` prompts on D, half of them published
+TTFT is the engine's wall time for one request of one new token, alone in the engine (for
+Mooncake, D's HTTP request); beside it, the prompt tokens the engine did not compute (vLLM's
+own count for R, E and Mooncake's D; for kvmoq's D, what its sidecar wrote,
+`_tokens_loaded`). Each track is loaded once, untimed, before the timed loads, so the relay's
+cache serves them, as it serves every decode node after the first; Mooncake's D pulls once,
+untimed, too. Quality: D's, E's and Mooncake's D's first `QUALITY_TOKENS` greedy positions
+with the whole vocabulary's log-probabilities against R's (KL of the next-token distribution
+while the texts agree). Throughput: a batch of `MIX_REQUESTS` prompts on D, half of them published
 by P, against R computing all of them.
 
 Link limits (`--limits`) shape the loopback of a network namespace every process runs in
