@@ -189,6 +189,7 @@ def _measure(
     job: Job, children: Children, cert: CertificatePaths, console: Console
 ) -> harness.Report:
     from sidecar.demo.services import start_relay
+    from sidecar.demo.vllm_engines import close_engines
 
     prompts = Prompts.make(job.tokens, job.repeat)
     console.log("relay, sidecars; engines R (plain), P (kvmoq producer), D (kvmoq consumer), E")
@@ -241,8 +242,7 @@ def _measure(
     mix = [*prompts.hits, *prompts.misses]
     mix_kvmoq = d.run(*(request(ids, deadline=deadline, max_kl=job.max_kl) for ids in mix)).seconds
     mix_recompute = r.run(*(request(ids) for ids in mix)).seconds
-    for engine in (p, d, e, r):
-        engine.close()
+    close_engines(p, d, e, r)
 
     if mooncake_missing := mooncake.unavailable_reason():
         console.log(f"no Mooncake: {mooncake_missing}")

@@ -42,6 +42,7 @@ def run(
     tokens: int,
     tracks: tuple[str, ...],
 ) -> dict[str, Any]:
+    from sidecar.demo.vllm_engines import close_engines
     from sidecar.kvcache.layout import DEFAULT_CHUNK_SIZE
     from sidecar.kvcache.naming import chunk_count
     from sidecar.models.corpus import pydoc_token_ids
@@ -74,8 +75,7 @@ def run(
     # P answers it only now: it would publish the longer prompt too.
     (longer_reference,) = p.run(_request(longer)).outputs
     reuse = _row(extended, decode_sidecar, before, longer_reference, served.seconds)
-    for engine in (p, d):
-        engine.close()
+    close_engines(p, d)
     return {
         "engine": "vllm",
         "tokens": tokens,

@@ -126,10 +126,18 @@ class Engine:
     def close(self) -> None:
         """End of its stdin: the engine shuts down (a kvmoq connector unregisters and removes
         its shared memory)."""
-        stdin = self.child.process.stdin
+        close_engines(self)
+
+
+def close_engines(*engines: Engine) -> None:
+    """Close each engine's stdin, then wait for all: they shut down side by side (each takes
+    seconds)."""
+    for engine in engines:
+        stdin = engine.child.process.stdin
         assert stdin is not None
         stdin.close()
-        self.child.process.wait(ENGINE_STOP_S)
+    for engine in engines:
+        engine.child.process.wait(ENGINE_STOP_S)
 
 
 def start_engine(

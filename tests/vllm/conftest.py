@@ -17,7 +17,7 @@ from kvmoq_client.buffers import orphaned_shared_memory_files
 from sidecar.demo.children import Children
 from sidecar.demo.nodes import SidecarNode, start_sidecar
 from sidecar.demo.services import RelayService, start_relay
-from sidecar.demo.vllm_engines import Engine, start_engine, unavailable_reason
+from sidecar.demo.vllm_engines import Engine, close_engines, start_engine, unavailable_reason
 from sidecar.moqt.aio.tls import CertificatePaths, write_certificate
 
 TRACKS = "fp16,int8"
@@ -64,6 +64,5 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         p = kvmoq_engine(children, "engine p", sidecar_p, "kv_producer")
         d = kvmoq_engine(children, "engine d", sidecar_d, "kv_both")
         yield Stack(children, cert, scratch, relay, sidecar_p, sidecar_d, p, d)
-        for engine in (p, d):
-            engine.close()
+        close_engines(p, d)
     assert orphaned_shared_memory_files() <= orphans_before, "an engine left its shared memory"
