@@ -32,7 +32,7 @@ debian=()
 if [ "$part" = all ] && ! command -v tc >/dev/null 2>&1; then
     debian+=(iproute2)
 fi
-if [ "$part" = all ] && ! ldconfig -p | grep -q 'libibverbs.so.1 '; then
+if [ "$part" = all ] && ! ldconfig -p | grep 'libibverbs.so.1 ' >/dev/null; then
     debian+=(libibverbs1 libnl-3-200 libnl-route-3-200)
 fi
 if [ ${#debian[@]} -gt 0 ]; then
