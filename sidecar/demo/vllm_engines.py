@@ -123,15 +123,10 @@ class Engine:
         reply = json.loads(line)
         return Answer(reply["seconds"], [Output(**output) for output in reply["outputs"]])
 
-    def close(self) -> None:
-        """End of its stdin: the engine shuts down (a kvmoq connector unregisters and removes
-        its shared memory)."""
-        close_engines(self)
-
 
 def close_engines(*engines: Engine) -> None:
-    """Close each engine's stdin, then wait for all: they shut down side by side (each takes
-    seconds)."""
+    """End each engine's stdin, then wait for all: each shuts down (a kvmoq connector
+    unregisters and removes its shared memory), side by side, as each takes seconds."""
     for engine in engines:
         stdin = engine.child.process.stdin
         assert stdin is not None
