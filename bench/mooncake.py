@@ -12,9 +12,7 @@ request is its TTFT, as D's is for kvmoq's loads. Mooncake moves the KV as vLLM 
 
 Servers, not the offline `LLM` engines the rest of the bench runs: P's engine must keep
 stepping after its request ends to answer D's pull, which an offline engine, stepping only
-inside `generate`, does not. Both run in the bench's session: started in sessions of their
-own, D's pull timed out on P's bootstrap server (a thread of P's worker) while both engines
-spun, on a 2-core machine whose kernel shares the CPU between sessions first (autogroup).
+inside `generate`, does not.
 
 Mooncake's package for machines without CUDA (`mooncake-transfer-engine-non-cuda`, in
 `.venv-vllm`; scripts/setup.sh installs it) links the RDMA libraries even for TCP (Debian's
@@ -114,7 +112,6 @@ class Server:
             argv,
             ready_prefix=None,
             timeout=vllm_engines.ENGINE_START_S,
-            own_session=False,
             env=vllm_engines.engine_env() | {"PYTHONPATH": shim, "VLLM_HOST_IP": HOST} | env,
         )
         server = cls(child, f"http://{HOST}:{port}")

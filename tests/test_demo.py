@@ -133,8 +133,9 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
 def parent_of_two_children(marker: str, *, grandchild: bool) -> subprocess.Popen[str]:
     """A process that runs children 'one' and 'two' under `Children` and waits on them, as
     `kvmoq demo --keep` does once it printed how to call its services (each child in a
-    session of its own, so a Ctrl-C does not reach it); with `grandchild`, 'two' starts a
-    process of its own, as a vLLM engine does. Returns once the parent waits."""
+    process group of its own, so a Ctrl-C does not reach it); with `grandchild`, 'two' starts
+    a process of its own, as a vLLM engine does. The parent leads a process group, as a
+    shell's foreground job does. Returns once the parent waits."""
     key, value = marker.split("=")
     sleeper = '[sys.executable, "-c", "import time; time.sleep(600)"]'
     extra = "subprocess.Popen(" + sleeper + "); " if grandchild else ""
@@ -155,6 +156,7 @@ def parent_of_two_children(marker: str, *, grandchild: bool) -> subprocess.Popen
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, key: value},
+        process_group=0,
     )
     assert parent.stdout is not None
     assert parent.stdout.readline() == "waiting\n"
@@ -163,12 +165,19 @@ def parent_of_two_children(marker: str, *, grandchild: bool) -> subprocess.Popen
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
 def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
-    """The parent stops its children, and the grandchild goes with its child's group."""
+    """The parent stops its children, and the grandchild goes with its child's group. The
+    signal goes to the parent's whole group, as a terminal sends Ctrl-C to its foreground
+    job: the children, in groups of their own, see only the parent's SIGTERM. They share
+    the parent's session, so the kernel's autogroup shares the CPU between them as between
+    one program's threads."""
     marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
     parent = parent_of_two_children(marker, grandchild=True)
     try:
-        assert len(processes_with_marker(marker)) == 4
-        parent.send_signal(stop)
+        marked = processes_with_marker(marker)
+        assert len(marked) == 4
+        assert {os.getsid(pid) for pid in marked} == {os.getsid(parent.pid)}
+        assert len({os.getpgid(pid) for pid in marked}) == 3  # the parent's, one per child
+        os.killpg(parent.pid, stop)
         assert parent.wait(60) != 0
         assert processes_with_marker(marker) == []
     finally:

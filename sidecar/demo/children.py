@@ -102,10 +102,17 @@ def _signal_group(leader: int, signum: int) -> None:
 class Children:
     """Starts children and guarantees they are gone when the `with` block ends.
 
-    The children run in sessions (or process groups) of their own, so a Ctrl-C reaches this
-    process only, and this process stops them. In the main thread, SIGTERM raises SystemExit while the block
-    runs (its default action would end this process without stopping them), and Ctrl-C or
-    SIGTERM during the stopping itself is ignored, so a second one cannot cut it short.
+    Each child leads a process group of its own in this process's session, so a Ctrl-C
+    reaches this process only, and this process stops them. Not a session of its own: where
+    the kernel shares the CPU between sessions first (Linux's autogroup), every child would
+    get a whole share, and a model server that spins while it waits (vLLM's engine polls its
+    worker) would hold a core from the sidecar it waits for. In one session they share the
+    CPU as one program's threads do. A background group must not read the terminal, so a
+    child's stdin is /dev/null unless it takes requests there.
+
+    In the main thread, SIGTERM raises SystemExit while the block runs (its default action
+    would end this process without stopping them), and Ctrl-C or SIGTERM during the stopping
+    itself is ignored, so a second one cannot cut it short.
     """
 
     def __init__(self) -> None:
@@ -121,32 +128,25 @@ class Children:
         timeout: float,
         env: dict[str, str] | None = None,
         stdin: bool = False,
-        own_session: bool = True,
     ) -> Child:
         """Run `argv`; return once it prints a line starting with `ready_prefix`. With
-        `stdin`, its standard input is a pipe to write requests into (else this one's).
+        `stdin`, its standard input is a pipe to write requests into (else /dev/null).
 
         A child that announces nothing on stdout (an HTTP server, ready when it answers)
         takes `ready_prefix` None: it is returned once started, its stdout goes to its log
         beside its stderr, and the caller judges when it is ready.
-
-        Without `own_session` the child leads a process group in this process's session
-        (Ctrl-C still reaches this process only): where the kernel shares the CPU between
-        sessions first (Linux's autogroup), children that must answer each other while
-        others spin belong in one session.
         """
         # Lives as long as the child (closed in stop_all), so no `with` block here.
         log = tempfile.TemporaryFile("w+")  # noqa: SIM115
         process = _SPAWNER.submit(
             subprocess.Popen,
             list(argv),
-            stdin=subprocess.PIPE if stdin else None,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=log if ready_prefix is None else subprocess.PIPE,
             stderr=log,
             text=True,
             env={**os.environ, **(env or {})},
-            start_new_session=own_session,  # Ctrl-C reaches the demo only; it stops the children
-            process_group=None if own_session else 0,
+            process_group=0,  # Ctrl-C reaches the demo only; it stops the children
             preexec_fn=_dies_with(os.getpid()),
         ).result()
         child = Child(name, process, log)
