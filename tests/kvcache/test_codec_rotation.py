@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sidecar.kvcache.codecs import get_codec
-from sidecar.kvcache.codecs.rotation import block_size, rotate
+from sidecar.kvcache.codecs.rotation import block_size, rotate, rotate_scaled
 from sidecar.kvcache.layout import KVLayout
 
 
@@ -51,6 +51,28 @@ def test_rotation_is_orthonormal_and_its_own_inverse(head_dim: int) -> None:
     # Norm kept per block, so per head and per row too.
     norms = values.reshape(-1, block).norm(dim=-1)
     assert torch.allclose(rotated.reshape(-1, block).norm(dim=-1), norms, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("head_dim", [4, 6, 64, 80, 128])
+def test_the_decoders_rotation_is_the_scaled_levels_rotated_rounded_once(head_dim: int) -> None:
+    """`rotate_scaled` (int8 codes through the integer product, the same codes as float32
+    through the float one) gives the same bytes on both paths, the scaled levels' rotation
+    within two float32 roundings (the sums are exact; the scale times the norm, and that
+    times a sum, are rounded), where scaling first and rotating in float32 rounds at every
+    addition."""
+    generator = torch.Generator().manual_seed(head_dim)
+    tokens, groups, per_group = 3, 4, 2 * head_dim
+    codes = torch.randint(-127, 128, (tokens, groups * per_group), generator=generator)
+    scales = (torch.rand(tokens, groups, generator=generator) + 2.0**-14).half()
+    integer = rotate_scaled(codes.to(torch.int8), scales, head_dim)
+    floating = rotate_scaled(codes.float(), scales, head_dim)
+    assert integer.dtype == floating.dtype == torch.float32
+    assert torch.equal(integer, floating)
+    block = block_size(head_dim)
+    signs = (sylvester(block) * math.sqrt(block)).round()
+    sums = (codes.double().reshape(-1, block) @ signs).view(tokens, groups, -1)
+    exact = (sums * scales.double().unsqueeze(-1) / math.sqrt(block)).view(tokens, -1)
+    assert ((integer.double() - exact).abs() <= exact.abs() * 2.0**-22).all()
 
 
 def test_blocks_never_straddle_heads() -> None:

@@ -29,7 +29,7 @@ from .base import (
     token_major,
     write_layer_major,
 )
-from .rotation import rotate
+from .rotation import rotate, rotate_scaled
 
 SCALE_DTYPE = torch.float16
 SMALLEST_SCALE = 2.0**-14
@@ -47,9 +47,9 @@ class ElementFormat:
 
     `quantize` maps float32 `[T, N]` (already divided by its group's scale, so within
     `qmax * (1 + 2^-11)`: the scale is rounded to fp16) to uint8 `[T, N * bits / 8]`;
-    `dequantize` is its inverse and returns NaN for codes the encoder never emits (the casts'
-    NaN and Inf, -128 in int8, -8 in int4), which the decoder then rejects with one
-    finiteness check.
+    `dequantize` is its inverse: the levels as float32, NaN for codes the encoder never emits
+    (the casts' NaN and Inf), which the decoder then rejects with one finiteness check; or,
+    for integer formats, the int8 codes themselves, checked by `integer_codes`.
     `qmax` is None for exact casts, which carry no scales.
     """
 
@@ -69,16 +69,11 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
 
 
 def integer_codes(codes: torch.Tensor, never: int) -> torch.Tensor:
-    """Integer `codes` as float32, NaN where a code is `never`: a code the encoder never
-    emits and the smallest the codes can hold (int8's -128), so their minimum shows it.
-
-    One min-reduction over the codes finds such a code; only a corrupt payload pays for the
-    compare-and-mask, which took longer than the rest of a decode.
-    """
-    values = codes.float()
+    """int8 `codes`, checked for `never`: a code the encoder never emits and the smallest the
+    codes can hold (int8's -128), so one min-reduction finds it."""
     if int(codes.min()) == never:
-        values.masked_fill_(codes == never, float("nan"))
-    return values
+        raise PayloadError(f"payload holds the code {never}, which no encoder emits")
+    return codes
 
 
 def finite_cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -221,16 +216,13 @@ class FixedWidthCodec(Codec):
             rows[:, start:].clone(memory_format=torch.contiguous_format)
         )
         if self.element.qmax is not None:
-            groups = self.scale_groups(layout)
             scales = rows[:, 1:start].clone(memory_format=torch.contiguous_format).view(SCALE_DTYPE)
             if bool((scales < SMALLEST_SCALE).any()):
                 raise PayloadError(
                     f"{self.name} payload carries a scale below 2^-14 (zero, negative or "
                     "subnormal), which no encoder emits"
                 )
-            values = values.view(num_tokens, layout.num_layers, 2, groups, -1)
-            values = values.mul_(scales.view(num_tokens, layout.num_layers, 2, groups, 1))
-            values = rotate(values, layout.head_dim)
+            values = rotate_scaled(values, scales.view(num_tokens, -1), layout.head_dim)
         values = values.view(num_tokens, layout.num_layers, 2, layout.channels)
         if not all_finite(values, dst.dtype):
             raise PayloadError(

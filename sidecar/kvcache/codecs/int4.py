@@ -20,8 +20,8 @@ def _quantize(values: torch.Tensor) -> torch.Tensor:
 
 
 def _dequantize(data: torch.Tensor) -> torch.Tensor:
-    offset = unpack_nibbles(data).to(torch.int8) ^ 8  # the value + 8: 0 for the nibble -8
-    return integer_codes(offset, never=0).sub_(8.0)
+    nibbles = unpack_nibbles(data).to(torch.int8)
+    return integer_codes((nibbles ^ 8).sub_(8), never=-8)  # two's complement of 4 bits
 
 
 INT4 = FixedWidthCodec(
