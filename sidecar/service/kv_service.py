@@ -327,6 +327,7 @@ class KVService:
             tokens=len(token_ids),
             deadline=round(budget.seconds, 3),
             max_kl=choice.max_kl,
+            compute_rate=budget.compute_rate,
         )
         events: asyncio.Queue[LoadEvent | Exception] = asyncio.Queue()
         task = asyncio.create_task(

@@ -9,6 +9,7 @@ in trailing metadata), the request converted by `messages`, one call into the co
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import secrets
 import time
@@ -142,8 +143,9 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
 
     def _budget(self, request: pb.LoadRequest, context: grpc.aio.ServicerContext) -> LoadBudget:
         """The load's one budget, from now: the earliest of the request's deadline and the
-        call's gRPC deadline (else the sidecar's `load_seconds`), and the request's wait for
-        a lost relay session (else the sidecar's `relay_wait`)."""
+        call's gRPC deadline (else the sidecar's `load_seconds`), the request's wait for a
+        lost relay session (else the sidecar's `relay_wait`), and the model server's compute
+        rate where it gave one."""
         settings = self.service.settings
         bounds = []
         if request.HasField("deadline"):
@@ -158,7 +160,14 @@ class KVCacheServicer(pb_grpc.KVCacheServiceServicer):
             relay_wait = request.relay_wait.ToNanoseconds() / 1e9
             if relay_wait < 0:
                 raise InvalidArgument(f"relay_wait is {relay_wait:.3f} s: a wait is >= 0")
-        return LoadBudget.starting_now(min(bounds, default=settings.load_seconds), relay_wait)
+        rate = request.compute_tokens_per_second
+        if not (math.isfinite(rate) and rate >= 0):
+            raise InvalidArgument(
+                f"compute_tokens_per_second is {rate}: a rate is finite and >= 0 (0: unknown)"
+            )
+        return LoadBudget.starting_now(
+            min(bounds, default=settings.load_seconds), relay_wait, rate or None
+        )
 
 
 def _max_kl(request: pb.LoadRequest | pb.LookupRequest) -> float | None:

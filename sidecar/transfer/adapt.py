@@ -14,6 +14,14 @@ chunk in by then is a chunk fewer to compute; the share only spreads quality ove
 chunks. Stopping at the share let one slow throughput sample end a whole load with most of
 its deadline unused.
 
+One addition: where the model server says how fast it computes a prompt itself (its prefill
+rate), a chunk goes only on tracks whose bytes arrive sooner than the server would compute
+its tokens (`paying_tracks`). The server computes whatever a load leaves after the load
+ends, so a chunk that arrives later than its compute would take makes the first token later
+than leaving it would; past such a chunk the rest are left too, as the KV must stay a
+contiguous prefix and every later chunk is as large. Without the rate, a slow link spends the
+whole deadline on chunks that cost more than they save.
+
 One change to CacheGen's equal shares: the load's most recent chunk weighs `RECENT_WEIGHT`
 shares, because the tokens a decode server generates first attend hardest to the most recent
 ones (KIVI keeps a recent window in full precision for the same reason): a 4-bit load with
@@ -125,6 +133,20 @@ def choose_track(
         return best
     soonest = min(offered, key=seconds, default=None)
     return soonest if soonest is not None and seconds(soonest) <= time_left else None
+
+
+def paying_tracks(
+    chunk_bytes: Mapping[str, int],
+    bytes_per_second: float,
+    tracks: Sequence[str],
+    compute_seconds: float,
+    track_rates: Mapping[str, float] | None = None,
+) -> list[str]:
+    """Those of `tracks` on offer (`chunk_bytes`) that bring this chunk within
+    `compute_seconds`, the time the model server would take to compute its tokens, each
+    timed as `choose_track` times it; in `tracks`' order."""
+    seconds = _Timing(chunk_bytes, bytes_per_second, track_rates or {})
+    return [t for t in tracks if t in chunk_bytes and seconds(t) <= compute_seconds]
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,15 +57,21 @@ class LoadBudget:
     long it waits for a relay session lost mid-load to come back (`relay_wait`, counted
     from the loss); the deadline bounds both. Chunks are planned to end a margin before the
     deadline (`planned_end`), so that a load merely out of time still says what it wrote;
-    at the deadline itself (`deadline`) the load is stopped whatever it waits on."""
+    at the deadline itself (`deadline`) the load is stopped whatever it waits on.
+
+    `compute_rate`: the model server's own prefill rate, tokens per second, where it said
+    one: what a chunk's load must beat to be worth its time (`transfer.adapt.paying_tracks`)."""
 
     seconds: float
     relay_wait: float
     started: float
+    compute_rate: float | None = None
 
     @classmethod
-    def starting_now(cls, seconds: float, relay_wait: float) -> LoadBudget:
-        return cls(seconds, relay_wait, asyncio.get_running_loop().time())
+    def starting_now(
+        cls, seconds: float, relay_wait: float, compute_rate: float | None = None
+    ) -> LoadBudget:
+        return cls(seconds, relay_wait, asyncio.get_running_loop().time(), compute_rate)
 
     @property
     def deadline(self) -> float:
@@ -176,6 +182,7 @@ class _Resuming:
                     self.write,
                     self.budget.planned_end - loop.time(),
                     choice=self.choice,
+                    compute_rate=self.budget.compute_rate,
                     first_chunk=first_chunk,
                     on_loaded=loaded,
                     device=self.device,

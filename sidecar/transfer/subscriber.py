@@ -51,6 +51,7 @@ from sidecar.transfer.adapt import (
     choose_track,
     chunk_sizes,
     load_seconds_estimate,
+    paying_tracks,
 )
 from sidecar.transfer.catalog_feed import MAX_ANNOUNCED, CatalogFeed, CatalogFeeds, PublishedPrompts
 from sidecar.transfer.track_quality import DEFAULT_CHOICE, TrackChoice, chunk_kl
@@ -87,6 +88,9 @@ class StopReason(enum.Enum):
     QUALITY_FLOOR = "quality floor"
     """The next chunk is on offer only on tracks outside the load's quality floor
     (`TrackChoice.max_kl`): it and every chunk after it are left to compute."""
+    COMPUTE_FASTER = "compute faster"
+    """The next chunk would arrive later than the model server computes its tokens, on
+    every track the load may take: it and every chunk after it are left to compute."""
     RELAY_GONE = "relay gone"
     """The MoQT session the load ran on (to a relay, or to the publisher itself) closed or
     fell silent past its request timeout."""
@@ -350,6 +354,7 @@ class KVSubscriber:
         deadline: float,
         *,
         choice: TrackChoice = DEFAULT_CHOICE,
+        compute_rate: float | None = None,
         share: Share = WHOLE,
         first_chunk: int = 0,
         on_loaded: Callable[[LoadedChunk], None] | None = None,
@@ -360,6 +365,8 @@ class KVSubscriber:
         `destination` is a tensor `[layers, 2, >= tokens, kv_heads, head_dim]` (written at
         the tokens' positions, cast to its dtype) or a callback. `choice` names the tracks the
         deadline rule may choose, best first, and the KL bound that narrows them per chunk.
+        `compute_rate` (tokens per second), the model server's own: a chunk is taken only on
+        a track that brings it sooner than the server would compute it.
         `share` loads only that part of the available chunks (`transfer.parallel` spreads one load over several sessions); the
         result still reports what the prompt covers, and the destination must hold it all.
         Chunks before `first_chunk` are taken as in place already (a load resumed on a new
@@ -383,7 +390,7 @@ class KVSubscriber:
             if isinstance(destination, torch.Tensor):
                 device = destination.device
             load = _Load(
-                self, source, chunks, destination, end, choice, on_loaded,
+                self, source, chunks, destination, end, choice, compute_rate, on_loaded,
                 device or torch.device("cpu"),
             )  # fmt: skip
             return await load.run()
@@ -503,6 +510,7 @@ class _Load:
         destination: torch.Tensor | KVSink,
         end: float,
         choice: TrackChoice,
+        compute_rate: float | None,
         on_loaded: Callable[[LoadedChunk], None] | None,
         device: torch.device,
     ) -> None:
@@ -514,6 +522,7 @@ class _Load:
         self.destination = destination
         self.end = end
         self.choice = choice
+        self.compute_rate = compute_rate
         self.on_loaded = on_loaded
         self.device = device
         """Where chunks are decoded: the destination's device."""
@@ -614,13 +623,24 @@ class _Load:
         return self._begin(catalog, index)
 
     def _begin(self, catalog: Catalog, index: int) -> _Transfer | StopReason:
-        """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule)."""
+        """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule),
+        among those that bring it sooner than the model server would compute it."""
         if self.choice.refuses(catalog.chunk_bytes(index), self._recent(index)):
             return StopReason.QUALITY_FLOOR
         tracks = self._tracks(index)
+        rate = self.subscriber.throughput.bytes_per_second
+        if self.compute_rate is not None:
+            compute_s = len(catalog.chunk_span(index)) / self.compute_rate
+            rates = self.subscriber.track_rates()
+            paying = paying_tracks(catalog.chunk_bytes(index), rate, tracks, compute_s, rates)
+            if tracks and not paying:
+                if index == self.chunks.start:
+                    self._remeasure(catalog, index, tracks)
+                return StopReason.COMPUTE_FASTER
+            tracks = paying
         track = choose_track(
             catalog.chunk_bytes(index),
-            self.subscriber.throughput.bytes_per_second,
+            rate,
             self.end - self.clock(),
             self.chunks.stop - index,
             tracks,

@@ -183,7 +183,9 @@ def test_lookup_estimates_the_bytes_of_the_tracks_a_load_takes(
     relay: RelayProcess, cert: CertificatePaths
 ) -> None:
     """No fp16 on offer: the estimate is int8's bytes (the catalog's), which the deadline
-    rule takes, at the prior throughput of a sidecar that has loaded nothing yet."""
+    rule takes, at the prior throughput of a sidecar that has loaded nothing yet. Then what a
+    request bounds a load's choice by: its quality floor, and the model server's compute
+    rate."""
     prompt = list(range(2000, 2050))
     kv = synthetic_kv(LAYOUT, len(prompt), seed=1)
     flags = ("--chunk-size", str(CHUNK))
@@ -238,6 +240,21 @@ def test_lookup_estimates_the_bytes_of_the_tracks_a_load_takes(
                     pb.LookupRequest(buffer_set_id=destination_id, token_ids=prompt, max_kl=bad)
                 )
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        # A model server that computes faster than the link brings a chunk gets none of it.
+        every_track = pb.LoadRequest(
+            buffer_set_id=destination_id, token_ids=prompt, destination=every_token,
+            compute_tokens_per_second=1e15,
+        )  # fmt: skip
+        _, faster = load(decode.stub, every_track, timeout=60)
+        assert faster.stop_reason == pb.STOP_REASON_COMPUTE_FASTER
+        assert not faster.loaded and faster.compute_tokens == len(prompt)
+        for bad in (-1.0, float("nan"), float("inf")):
+            every_track.compute_tokens_per_second = bad
+            with pytest.raises(grpc.RpcError) as refused:
+                load(decode.stub, every_track, timeout=60)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "compute_tokens_per_second" in str(refused.value.details())
         assert decode.process.poll() is None and decode.get("/readyz")[0] == 200  # still up
 
 

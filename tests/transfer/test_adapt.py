@@ -15,6 +15,7 @@ from sidecar.transfer.adapt import (
     RECENT_WEIGHT,
     ThroughputEstimate,
     choose_track,
+    paying_tracks,
     time_share,
 )
 from sidecar.transfer.track_quality import QUALITY_ORDER, rank_by_quality
@@ -234,3 +235,18 @@ def test_each_track_is_timed_at_its_own_measured_rate() -> None:
     assert choose_track(SIZES, shared, 1.0, 1, ORDER, track_rates={"fp16": 2000.0}) == "fp16"
     # ac measured at 100 B/s: the next track, int4, timed at the shared rate.
     assert choose_track(SIZES, shared, 1.0, 1, ORDER, track_rates={"ac": 100.0}) == "int4"
+
+
+def test_a_chunk_pays_on_the_tracks_that_beat_computing_it() -> None:
+    """The model server computes this chunk in `compute_seconds`: only the tracks whose bytes
+    arrive sooner may take it, each timed at its own rate where measured, in the given
+    order; tracks not on offer are not named."""
+    order = ["fp16", "int8", "int4"]
+    # At 1000 B/s: fp16 1.0 s, int8 0.5 s, int4 0.25 s.
+    assert paying_tracks(SIZES, 1000.0, order, 2.0) == order
+    assert paying_tracks(SIZES, 1000.0, order, 0.5) == ["int8", "int4"]
+    assert paying_tracks(SIZES, 1000.0, order, 0.2) == []
+    # fp16 measured at 4000 B/s (0.25 s), int4 at 100 B/s (2.5 s).
+    rates = {"fp16": 4000.0, "int4": 100.0}
+    assert paying_tracks(SIZES, 1000.0, order, 0.5, rates) == ["fp16", "int8"]
+    assert paying_tracks({"int8": 500}, 1000.0, order, 2.0) == ["int8"]

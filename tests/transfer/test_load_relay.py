@@ -131,6 +131,37 @@ def test_a_quality_floor_keeps_chunks_off_tracks_outside_it(
     run(main)
 
 
+def test_a_load_leaves_chunks_the_model_server_computes_sooner(
+    relay: RelayProcess,
+    cert: CertificatePaths,
+) -> None:
+    """A model server that computes a chunk faster than any track brings it gets none: the
+    load stops at once (COMPUTE_FASTER), writes nothing and measures the link for the next
+    load; one that computes slower than every track gets the whole prompt."""
+    token_ids = list(range(500, 500 + 3 * CHUNK))
+    kv = synthetic_kv(len(token_ids), LAYOUT, seed=11)
+
+    async def main() -> None:
+        async with network(relay.url, cert) as net:
+            await net.published(LAYOUT, token_ids, kv, tracks=("int8",), chunk_size=CHUNK)
+            subscriber = await net.subscriber(CHUNK)
+            out = torch.zeros_like(kv)
+            faster = await subscriber.load(MODEL, token_ids, out, 30, compute_rate=1e15)
+            assert faster.stopped is StopReason.COMPUTE_FASTER
+            assert faster.loaded == () and not out.any()
+            for _ in range(100):  # the first chunk, fetched for no load: the link's rate
+                if "int8" in subscriber.track_rates():
+                    break
+                await asyncio.sleep(0.05)
+            assert "int8" in subscriber.track_rates()
+
+            slower = await subscriber.load(MODEL, token_ids, out, 30, compute_rate=1.0)
+            assert slower.stopped is StopReason.COMPLETE
+            assert slower.loaded_tokens == (range(0, 3 * CHUNK),)
+
+    run(main)
+
+
 def test_chunks_stream_while_prefill_runs(
     relay: RelayProcess,
     cert: CertificatePaths,

@@ -109,6 +109,8 @@ def test_d_loads_what_p_served_and_generates_the_same_text(
 
 
 def test_a_longer_prompt_loads_the_shared_chunks_and_computes_the_rest(stack: Stack) -> None:
+    """...and the tokens D computed tell its connector how fast D computes: its next load
+    carries that rate to the sidecar (on loopback every chunk beats it, and loads)."""
     shared = prompt(3)
     longer = prompt(3, PROMPT + 500)
     served_by_p(stack, shared)
@@ -116,6 +118,13 @@ def test_a_longer_prompt_loads_the_shared_chunks_and_computes_the_rest(stack: St
     assert extended.cached_tokens == SHARED
     (reference,) = stack.p.run(request(longer)).outputs  # P computes it (its own cache aside)
     assert_same_greedy_text(extended, reference)
+
+    mark = stack.sidecar_d.child.log_size()
+    whole = generate(stack.d, shared)  # its whole chunks in D's prefix cache: the last loads
+    assert whole.cached_tokens == LOADED
+    (started,) = [json.loads(line) for line in stack.sidecar_d.child.log_since(mark)
+                  if '"load_started"' in line]  # fmt: skip
+    assert 10 < started["compute_rate"] < 1e6  # tokens per second
 
 
 def test_concurrent_hits_and_misses(stack: Stack) -> None:

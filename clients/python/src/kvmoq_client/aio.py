@@ -136,11 +136,12 @@ class AsyncKVCacheClient:
         relay_wait: float | None = None,
         write_tokens: int = 0,
         max_kl: float | None = None,
+        compute_tokens_per_second: float | None = None,
     ) -> AsyncLoad:
         """Start loading the longest available prefix into `destination` (see `KVCacheClient.load`)."""
         request = load_request(
             buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,
-            max_kl,
+            max_kl, compute_tokens_per_second,
         )  # fmt: skip
         call = self._stub.Load(
             request,

@@ -140,6 +140,7 @@ class KVCacheClient(ClosesOnExit):
         relay_wait: float | None = None,
         write_tokens: int = 0,
         max_kl: float | None = None,
+        compute_tokens_per_second: float | None = None,
     ) -> Load:
         """Start loading the longest available prefix into `destination`.
 
@@ -156,10 +157,13 @@ class KVCacheClient(ClosesOnExit):
         are left to compute (else the sidecar's `--max-kl`, by default 1e-3: the
         near-lossless tracks only; `math.inf`: no floor). LoadFinished says the bound kept
         and the loaded KV's expected KL.
+        `compute_tokens_per_second`: how fast the model server computes a prompt itself (its
+        prefill rate): a chunk that would arrive later than the server computes its tokens
+        is left to compute, with the rest (LoadFinished says COMPUTE_FASTER); None: unknown.
         """
         request = load_request(
             buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,
-            max_kl,
+            max_kl, compute_tokens_per_second,
         )  # fmt: skip
         call = self._stub.Load(
             request,

@@ -50,7 +50,11 @@ def load_request(
     relay_wait: float | None = None,
     write_tokens: int = 0,
     max_kl: float | None = None,
+    compute_tokens_per_second: float | None = None,
 ) -> kv_cache_pb2.LoadRequest:
+    rate = compute_tokens_per_second
+    if rate is not None and not 0 < rate < float("inf"):
+        raise ValueError(f"compute_tokens_per_second is a rate > 0, got {rate}")
     request = kv_cache_pb2.LoadRequest(
         buffer_set_id=buffer_set_id,
         token_ids=list(token_ids),
@@ -59,6 +63,7 @@ def load_request(
         held_tokens=held_tokens,
         write_tokens=write_tokens,
         max_kl=_kl_bound(max_kl),
+        compute_tokens_per_second=rate or 0.0,
     )
     if relay_wait is not None:
         if not 0 <= relay_wait < float("inf"):

@@ -30,6 +30,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_RELAY_GONE: _ClassVar[StopReason]
     STOP_REASON_CANCELLED: _ClassVar[StopReason]
     STOP_REASON_QUALITY_FLOOR: _ClassVar[StopReason]
+    STOP_REASON_COMPUTE_FASTER: _ClassVar[StopReason]
 KV_PART_UNSPECIFIED: KVPart
 KV_PART_KEY: KVPart
 KV_PART_VALUE: KVPart
@@ -43,6 +44,7 @@ STOP_REASON_CATALOG_INVALID: StopReason
 STOP_REASON_RELAY_GONE: StopReason
 STOP_REASON_CANCELLED: StopReason
 STOP_REASON_QUALITY_FLOOR: StopReason
+STOP_REASON_COMPUTE_FASTER: StopReason
 
 class KVLayout(_message.Message):
     __slots__ = ("num_layers", "num_kv_heads", "head_dim", "dtype")
@@ -185,7 +187,7 @@ class LookupResponse(_message.Message):
     def __init__(self, available_tokens: _Optional[int] = ..., ready_tokens: _Optional[int] = ..., prompt_id: _Optional[str] = ..., relay_url: _Optional[str] = ..., estimated_seconds: _Optional[float] = ..., withdrawn: _Optional[bool] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
-    __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks", "held_tokens", "relay_wait", "write_tokens", "max_kl")
+    __slots__ = ("buffer_set_id", "token_ids", "destination", "deadline", "tracks", "held_tokens", "relay_wait", "write_tokens", "max_kl", "compute_tokens_per_second")
     BUFFER_SET_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +197,7 @@ class LoadRequest(_message.Message):
     RELAY_WAIT_FIELD_NUMBER: _ClassVar[int]
     WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_KL_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     buffer_set_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     destination: KVLocation
@@ -204,7 +207,8 @@ class LoadRequest(_message.Message):
     relay_wait: _duration_pb2.Duration
     write_tokens: int
     max_kl: float
-    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ..., held_tokens: _Optional[int] = ..., relay_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., write_tokens: _Optional[int] = ..., max_kl: _Optional[float] = ...) -> None: ...
+    compute_tokens_per_second: float
+    def __init__(self, buffer_set_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., destination: _Optional[_Union[KVLocation, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tracks: _Optional[_Iterable[str]] = ..., held_tokens: _Optional[int] = ..., relay_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., write_tokens: _Optional[int] = ..., max_kl: _Optional[float] = ..., compute_tokens_per_second: _Optional[float] = ...) -> None: ...
 
 class LoadProgress(_message.Message):
     __slots__ = ("chunk_loaded", "finished")

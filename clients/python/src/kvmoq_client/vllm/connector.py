@@ -194,11 +194,20 @@ class KVMoqConnector(KVConnectorBase_V1):
         )  # fmt: skip
         client = KVCacheClient(self._settings.sidecar, timeout=PUBLISH_TIMEOUT_S)
         registration = Registration(client, staging, self._model)
+        on_gpu = _on_gpu(self._vllm_config)
         return WorkerSide(
             self._settings, registration, block_size,
             Staging(caches, copies, staging.tensors),
-            keep_published_blocks=_on_gpu(self._vllm_config),
+            keep_published_blocks=on_gpu, measures_compute=not on_gpu,
         )  # fmt: skip
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        """vLLM binds each step's jobs before its forward, and calls `start_load_kv` before
+        or after it (after, for asynchronous loads), then `wait_for_save`: the forward is
+        timed from here to there."""
+        super().bind_connector_metadata(connector_metadata)
+        if self._worker is not None and isinstance(connector_metadata, StepJobs):
+            self._worker.step_started(connector_metadata.computed_tokens)
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         jobs = self._step_jobs()
@@ -218,6 +227,8 @@ class KVMoqConnector(KVConnectorBase_V1):
         return  # whole prompts are copied after the forward, in wait_for_save
 
     def wait_for_save(self) -> None:
+        if self._worker is not None:
+            self._worker.step_ended()
         jobs = self._step_jobs()
         if jobs is not None:
             self._working().save(jobs.saves, jobs.kept)

@@ -46,8 +46,13 @@ class StepJobs(KVConnectorMetadata):
     kept: list[str] = field(default_factory=list)
     """Requests finished while the sidecar may still read their blocks in place: vLLM frees
     those blocks once the worker names the request in its finished sends."""
-    idle: bool = False
-    """Nothing is computed this step. vLLM steps with nothing to compute while a request
-    waits for its KV, only to ask whether the load is done; the worker may then wait a little
-    for it instead of answering at once, or that loop takes the cores the sidecar loads with
-    (on a 2-core machine it halved the speed of a load)."""
+    computed_tokens: int = 0
+    """Tokens this step's forward computes: the worker times prefill steps (`ComputeRate`)."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is computed this step. vLLM steps with nothing to compute while a request
+        waits for its KV, only to ask whether the load is done; the worker may then wait a
+        little for it instead of answering at once, or that loop takes the cores the sidecar
+        loads with (on a 2-core machine it halved the speed of a load)."""
+        return self.computed_tokens == 0

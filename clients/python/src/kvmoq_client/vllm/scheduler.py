@@ -198,7 +198,7 @@ class SchedulerSide:
         """vLLM's `build_connector_meta`: the loads queued since the last step, and the
         prompts whose prefill this step completes."""
         jobs = StepJobs(
-            loads=self._pending, kept=self._kept, idle=output.total_num_scheduled_tokens == 0
+            loads=self._pending, kept=self._kept, computed_tokens=output.total_num_scheduled_tokens
         )
         self._pending, self._kept = [], []
         if self._saves:

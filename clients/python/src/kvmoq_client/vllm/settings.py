@@ -45,6 +45,14 @@ class ConnectorSettings:
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT_S
     """Seconds a request's Lookup may take before it counts as a miss (the request waits
     for it, the scheduler does not)."""
+    compute_rate: float | None = None
+    """Tokens per second this engine computes a prompt at (its prefill rate), which a load's
+    chunks must beat (`KVCacheClient.load`'s `compute_tokens_per_second`): where a chunk
+    would arrive later than the engine computes it, the load leaves it and the rest to the
+    engine. None: measured on the engine's own prefill steps where vLLM's cache is on the
+    CPU, unknown on a GPU (whose forward runs apart from the steps the connector sees).
+    0: never sent, every chunk that lands by the deadline loads (an engine busy with other
+    requests may gain from any chunk it does not compute, however slow)."""
     staging_tokens: int = DEFAULT_STAGING_TOKENS
     """Tokens of shared memory between vLLM's cache and the sidecar (CPU: vLLM's cache is in
     its private memory); loads and publishes that do not fit wait or are skipped."""
@@ -65,6 +73,9 @@ class ConnectorSettings:
                 raise ValueError(f"kvmoq connector: {name} must be > 0 seconds")
         if settings.max_kl is not None and not float(settings.max_kl) > 0:
             raise ValueError("kvmoq connector: max_kl must be a KL bound > 0")
+        rate = settings.compute_rate
+        if rate is not None and not 0 <= float(rate) < float("inf"):
+            raise ValueError("kvmoq connector: compute_rate must be tokens per second >= 0")
         if int(settings.staging_tokens) < 1:
             raise ValueError("kvmoq connector: staging_tokens must be >= 1")
         return settings

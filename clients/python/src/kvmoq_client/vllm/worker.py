@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +24,7 @@ from kvmoq_client.requests import paged_blocks
 from kvmoq_client.v1 import kv_cache_pb2
 from kvmoq_client.vllm.blocks import loaded_blocks
 from kvmoq_client.vllm.cache_layout import BlockCopies
+from kvmoq_client.vllm.compute_rate import ComputeRate
 from kvmoq_client.vllm.jobs import LoadJob, SaveJob
 from kvmoq_client.vllm.registration import Registration
 from kvmoq_client.vllm.settings import ConnectorSettings
@@ -85,7 +87,9 @@ class WorkerSide:
     in place in vLLM's blocks, which the registration's buffers then are (a GPU cache the
     sidecar maps over CUDA IPC). With `keep_published_blocks` (vLLM on a GPU: the scheduler
     side keeps a published request's blocks past its end), the requests whose blocks were
-    read are reported in `finished_saves`."""
+    read are reported in `finished_saves`. With `measures_compute` (vLLM on a CPU, whose
+    forward runs between the steps' hooks), the engine's prefill rate is measured and
+    sent with every load, unless the settings fix one."""
 
     def __init__(
         self,
@@ -95,6 +99,7 @@ class WorkerSide:
         staging: Staging | None,
         *,
         keep_published_blocks: bool = False,
+        measures_compute: bool = False,
     ) -> None:
         self._settings = settings
         self._registration = registration
@@ -111,6 +116,27 @@ class WorkerSide:
         staging), kept only with `keep_published_blocks`."""
         self._kept: set[str] = set()
         """Finished requests whose blocks vLLM keeps until they are read."""
+        self._compute = ComputeRate() if measures_compute else None
+
+    # Steps ------------------------------------------------------------------------------
+
+    def step_started(self, computed_tokens: int) -> None:
+        """A step whose forward computes `computed_tokens` tokens is about to run it."""
+        if self._compute is not None:
+            self._compute.step_started(computed_tokens, time.perf_counter())
+
+    def step_ended(self) -> None:
+        """The forward of the step last started is done."""
+        if self._compute is not None:
+            self._compute.step_ended(time.perf_counter())
+
+    def compute_rate(self) -> float | None:
+        """The prefill rate loads send the sidecar: the settings' (0: none), else the one
+        measured, if any."""
+        fixed = self._settings.compute_rate
+        if fixed is not None:
+            return float(fixed) or None
+        return None if self._compute is None else self._compute.tokens_per_second
 
     # Loads ------------------------------------------------------------------------------
 
@@ -164,6 +190,7 @@ class WorkerSide:
                 timeout=min(job.deadline or math.inf, self._settings.load_deadline),
                 held_tokens=job.first_block * size, write_tokens=writable,
                 max_kl=job.max_kl or self._settings.max_kl,
+                compute_tokens_per_second=self.compute_rate(),
             ).wait()  # fmt: skip
 
         finished = self._registration.call(load)
