@@ -15,12 +15,14 @@ chunks. Stopping at the share let one slow throughput sample end a whole load wi
 its deadline unused.
 
 One addition: where the model server says how fast it computes a prompt itself (its prefill
-rate), a chunk goes only on tracks whose bytes arrive sooner than the server would compute
+rate), a chunk prefers the tracks whose bytes arrive sooner than the server would compute
 its tokens (`paying_tracks`). The server computes whatever a load leaves after the load
 ends, so a chunk that arrives later than its compute would take makes the first token later
-than leaving it would; past such a chunk the rest are left too, as the KV must stay a
-contiguous prefix and every later chunk is as large. Without the rate, a slow link spends the
-whole deadline on chunks that cost more than they save.
+than leaving it would. A load whose first chunk no track brings in that time loads nothing
+(every later chunk is as large, and the KV must stay a contiguous prefix); the subscriber
+decides that once, at the first chunk, on the rates earlier loads measured, as a load's own
+first samples are its slowest. Without the rate, a slow link spends the whole deadline on
+chunks that cost more than they save.
 
 One change to CacheGen's equal shares: the load's most recent chunk weighs `RECENT_WEIGHT`
 shares, because the tokens a decode server generates first attend hardest to the most recent

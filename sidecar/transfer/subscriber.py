@@ -89,8 +89,8 @@ class StopReason(enum.Enum):
     """The next chunk is on offer only on tracks outside the load's quality floor
     (`TrackChoice.max_kl`): it and every chunk after it are left to compute."""
     COMPUTE_FASTER = "compute faster"
-    """The next chunk would arrive later than the model server computes its tokens, on
-    every track the load may take: it and every chunk after it are left to compute."""
+    """The load's first chunk would arrive later than the model server computes its
+    tokens, on every track the load may take: the whole load is left to compute."""
     RELAY_GONE = "relay gone"
     """The MoQT session the load ran on (to a relay, or to the publisher itself) closed or
     fell silent past its request timeout."""
@@ -365,8 +365,9 @@ class KVSubscriber:
         `destination` is a tensor `[layers, 2, >= tokens, kv_heads, head_dim]` (written at
         the tokens' positions, cast to its dtype) or a callback. `choice` names the tracks the
         deadline rule may choose, best first, and the KL bound that narrows them per chunk.
-        `compute_rate` (tokens per second), the model server's own: a chunk is taken only on
-        a track that brings it sooner than the server would compute it.
+        `compute_rate` (tokens per second), the model server's own: a load whose first chunk
+        no track brings sooner than the server would compute it loads nothing, and every
+        chunk prefers the tracks that do (`_Load._begin`).
         `share` loads only that part of the available chunks (`transfer.parallel` spreads one load over several sessions); the
         result still reports what the prompt covers, and the destination must hold it all.
         Chunks before `first_chunk` are taken as in place already (a load resumed on a new
@@ -624,7 +625,13 @@ class _Load:
 
     def _begin(self, catalog: Catalog, index: int) -> _Transfer | StopReason:
         """FETCH chunk `index` on the best track that fits the time left (CacheGen's rule),
-        among those that bring it sooner than the model server would compute it."""
+        among those that bring it sooner than the model server would compute it.
+
+        Whether loading pays at all is decided at the load's first chunk, on what earlier
+        loads measured; past it, a chunk with no such track goes on the deadline rule's
+        choice: a load's own samples start with its slowest (a relay fetching the prompt
+        from its publisher, a track encoded on first demand), and stopping on them left to
+        compute most of a prompt that loads five times faster than it computes."""
         if self.choice.refuses(catalog.chunk_bytes(index), self._recent(index)):
             return StopReason.QUALITY_FLOOR
         tracks = self._tracks(index)
@@ -633,11 +640,10 @@ class _Load:
             compute_s = len(catalog.chunk_span(index)) / self.compute_rate
             rates = self.subscriber.track_rates()
             paying = paying_tracks(catalog.chunk_bytes(index), rate, tracks, compute_s, rates)
-            if tracks and not paying:
-                if index == self.chunks.start:
-                    self._remeasure(catalog, index, tracks)
+            if tracks and not paying and index == self.chunks.start:
+                self._remeasure(catalog, index, tracks)
                 return StopReason.COMPUTE_FASTER
-            tracks = paying
+            tracks = paying or tracks
         track = choose_track(
             catalog.chunk_bytes(index),
             rate,

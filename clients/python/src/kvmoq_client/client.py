@@ -158,8 +158,9 @@ class KVCacheClient(ClosesOnExit):
         near-lossless tracks only; `math.inf`: no floor). LoadFinished says the bound kept
         and the loaded KV's expected KL.
         `compute_tokens_per_second`: how fast the model server computes a prompt itself (its
-        prefill rate): a chunk that would arrive later than the server computes its tokens
-        is left to compute, with the rest (LoadFinished says COMPUTE_FASTER); None: unknown.
+        prefill rate): a load whose first chunk would arrive later than the server computes
+        its tokens loads nothing (LoadFinished says COMPUTE_FASTER), and each chunk prefers
+        the tracks that beat it; None: unknown.
         """
         request = load_request(
             buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,

@@ -47,8 +47,8 @@ class ConnectorSettings:
     for it, the scheduler does not)."""
     compute_rate: float | None = None
     """Tokens per second this engine computes a prompt at (its prefill rate), which a load's
-    chunks must beat (`KVCacheClient.load`'s `compute_tokens_per_second`): where a chunk
-    would arrive later than the engine computes it, the load leaves it and the rest to the
+    chunks must beat (`KVCacheClient.load`'s `compute_tokens_per_second`): where the first
+    chunk would arrive later than the engine computes it, the load leaves the prompt to the
     engine. None: measured on the engine's own prefill steps where vLLM's cache is on the
     CPU, unknown on a GPU (whose forward runs apart from the steps the connector sees).
     0: never sent, every chunk that lands by the deadline loads (an engine busy with other
