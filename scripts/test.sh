@@ -8,12 +8,8 @@
 # need little CPU, but need it when they ask. Every other test runs beside them, whole files
 # on KVMOQ_TEST_WORKERS workers (default 3 on the 2-core machine: many tests wait on
 # processes they started, and a third worker fills those gaps; tests in a file share
-# engines and relays through module fixtures). Each part runs in a session of its own
-# (`setsid`), with every process it starts (sidecar.demo.children keeps children in their
-# parent's session): where the kernel shares the CPU between sessions first (Linux's
-# autogroup), the timing part then gets half the CPU whenever it asks, however many processes
-# the other part runs, and the other part's engines are not starved by the timing part's
-# relays the way `nice` alone would starve them. The timing part's report follows the other's.
+# engines and relays through module fixtures), under `nice`, so that what the timing tests
+# start wins the CPU whenever both want it. The timing part's report follows the other's.
 # A part with nothing to run (exit 5) is not a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +25,9 @@ trap 'left=$(jobs -p); [ -z "$left" ] || { kill $left; wait $left; } 2>/dev/null
       rm -f "$timing_log"' EXIT
 trap 'exit 130' INT TERM
 
-KVMOQ_TEST_PHASE=timing setsid -w "${pytest[@]}" "$@" -n 0 >"$timing_log" 2>&1 &
+KVMOQ_TEST_PHASE=timing "${pytest[@]}" "$@" -n 0 >"$timing_log" 2>&1 &
 timing=$!
-KVMOQ_TEST_PHASE=shared setsid -w "${pytest[@]}" -n "${KVMOQ_TEST_WORKERS:-3}" \
+KVMOQ_TEST_PHASE=shared nice -n 10 "${pytest[@]}" -n "${KVMOQ_TEST_WORKERS:-3}" \
     --dist loadfile "$@" &
 shared=0
 wait $! || shared=$?

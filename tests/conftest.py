@@ -35,8 +35,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 PHASE = os.environ.get("KVMOQ_TEST_PHASE")
 """Set by scripts/test.sh: `shared` runs all but the `timing` tests (on several workers),
-`timing` only those (in one process beside the others, each part in a session of its own,
-so what these start gets half the CPU when it asks); unset, everything runs."""
+`timing` only those (in one process beside the others, which run niced, so what these
+start gets the CPU when it asks); unset, everything runs."""
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One torch thread per worker: with several workers on two cores, torch's default of
