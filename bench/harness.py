@@ -53,18 +53,24 @@ def measured(
     name: str,
     measure: Callable[[Children, CertificatePaths], Awaitable[Report]],
     failures: tuple[type[BaseException], ...] = (),
+    *,
+    one_session: bool = False,
 ) -> Report | None:
-    """Run `measure` with a `Children` scope and a certificate; its report with the cores and
-    the load average at the start, or None (the reason printed) when a child exited, a
-    connection failed or timed out, or one of `failures` (a load that brought the wrong
-    bytes) was raised: such figures would be worthless."""
+    """Run `measure` with a `Children` scope (`one_session`: see `Children`) and a
+    certificate; its report with the cores and the load average at the start, or None (the
+    reason printed) when a child exited, a connection failed or timed out, or one of
+    `failures` (a load that brought the wrong bytes) was raised: such figures would be
+    worthless."""
     from sidecar.demo.children import ChildFailed, Children
     from sidecar.moqt.aio import transport
     from sidecar.moqt.aio.tls import write_certificate
 
     load_average = os.getloadavg()[0]
     try:
-        with Children() as children, tempfile.TemporaryDirectory(prefix=f"kvmoq-{name}-") as tmp:
+        with (
+            Children(one_session=one_session) as children,
+            tempfile.TemporaryDirectory(prefix=f"kvmoq-{name}-") as tmp,
+        ):
             report = transport.run(measure(children, write_certificate(Path(tmp))))
     except (ChildFailed, ConnectionError, TimeoutError, *failures) as failure:
         print(f"kvmoq bench {name} failed: {type(failure).__name__}: {failure}")

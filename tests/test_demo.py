@@ -130,19 +130,21 @@ def test_demo_loads_faster_than_recompute_with_the_same_text(tmp_path: Path) -> 
     assert processes_with_marker(marker) == []
 
 
-def parent_of_two_children(marker: str, *, grandchild: bool) -> subprocess.Popen[str]:
-    """A process that runs children 'one' and 'two' under `Children` and waits on them, as
-    `kvmoq demo --keep` does once it printed how to call its services (each child in a
-    process group of its own, so a Ctrl-C does not reach it); with `grandchild`, 'two' starts
-    a process of its own, as a vLLM engine does. The parent leads a process group, as a
-    shell's foreground job does. Returns once the parent waits."""
+def parent_of_two_children(
+    marker: str, *, grandchild: bool, one_session: bool = False
+) -> subprocess.Popen[str]:
+    """A process that runs children 'one' and 'two' under `Children` (`one_session` as
+    given) and waits on them, as `kvmoq demo --keep` does once it printed how to call its
+    services; with `grandchild`, 'two' starts a process of its own, as a vLLM engine does.
+    The parent leads a process group, as a shell's foreground job does. Returns once the
+    parent waits."""
     key, value = marker.split("=")
     sleeper = '[sys.executable, "-c", "import time; time.sleep(600)"]'
     extra = "subprocess.Popen(" + sleeper + "); " if grandchild else ""
     script = (
         "import sys\n"
         "from sidecar.demo.children import Children\n"
-        "with Children() as children:\n"
+        f"with Children(one_session={one_session}) as children:\n"
         "    for name, extra in (('one', ''), ('two', " + repr(extra) + ")):\n"
         "        children.start(name, [sys.executable, '-c', "
         "'import subprocess, sys, time; ' + extra + "
@@ -163,20 +165,21 @@ def parent_of_two_children(marker: str, *, grandchild: bool) -> subprocess.Popen
     return parent
 
 
+@pytest.mark.parametrize("one_session", [False, True], ids=["own-sessions", "one-session"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
-def test_children_are_stopped_when_the_parent_is(stop: signal.Signals) -> None:
+def test_children_are_stopped_when_the_parent_is(stop: signal.Signals, one_session: bool) -> None:
     """The parent stops its children, and the grandchild goes with its child's group. The
     signal goes to the parent's whole group, as a terminal sends Ctrl-C to its foreground
-    job: the children, in groups of their own, see only the parent's SIGTERM. They share
-    the parent's session, so the kernel's autogroup shares the CPU between them as between
-    one program's threads."""
+    job: the children, in groups of their own, see only the parent's SIGTERM. Each child
+    leads a session of its own, or, with `one_session`, a group in the parent's session."""
     marker = f"KVMOQ_DEMO_TEST={uuid.uuid4().hex}"
-    parent = parent_of_two_children(marker, grandchild=True)
+    parent = parent_of_two_children(marker, grandchild=True, one_session=one_session)
     try:
         marked = processes_with_marker(marker)
         assert len(marked) == 4
-        assert {os.getsid(pid) for pid in marked} == {os.getsid(parent.pid)}
         assert len({os.getpgid(pid) for pid in marked}) == 3  # the parent's, one per child
+        sessions = {os.getsid(pid) for pid in marked}
+        assert sessions == {os.getsid(parent.pid)} if one_session else len(sessions) == 3
         os.killpg(parent.pid, stop)
         assert parent.wait(60) != 0
         assert processes_with_marker(marker) == []

@@ -102,20 +102,24 @@ def _signal_group(leader: int, signum: int) -> None:
 class Children:
     """Starts children and guarantees they are gone when the `with` block ends.
 
-    Each child leads a process group of its own in this process's session, so a Ctrl-C
-    reaches this process only, and this process stops them. Not a session of its own: where
-    the kernel shares the CPU between sessions first (Linux's autogroup), every child would
-    get a whole share, and a model server that spins while it waits (vLLM's engine polls its
-    worker) would hold a core from the sidecar it waits for. In one session they share the
-    CPU as one program's threads do. A background group must not read the terminal, so a
-    child's stdin is /dev/null unless it takes requests there.
+    Each child runs in a session of its own, so a Ctrl-C reaches this process only, and this
+    process stops them; where the kernel shares the CPU between sessions first (Linux's
+    autogroup), each child then gets a share of its own, as a container gets its cgroup's.
+    With `one_session`, each child leads a process group of its own in this process's session
+    instead (Ctrl-C still reaches this process only), and they share the CPU as one program's
+    threads do: a model server that spins while it waits (vLLM's engine polls its worker)
+    then yields to the sidecar it waits for instead of holding a share of its own, and
+    Mooncake's P and D servers answer each other at all (in sessions of their own, D's pull
+    timed out on P's bootstrap server while both engines spun). A child's stdin is /dev/null
+    unless it takes requests there (a background group must not read the terminal).
 
     In the main thread, SIGTERM raises SystemExit while the block runs (its default action
     would end this process without stopping them), and Ctrl-C or SIGTERM during the stopping
     itself is ignored, so a second one cannot cut it short.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, one_session: bool = False) -> None:
+        self._one_session = one_session
         self._children: list[Child] = []
         self._sigterm = SigtermExits()
 
@@ -146,7 +150,9 @@ class Children:
             stderr=log,
             text=True,
             env={**os.environ, **(env or {})},
-            process_group=0,  # Ctrl-C reaches the demo only; it stops the children
+            # Either way Ctrl-C reaches the demo only; it stops the children.
+            start_new_session=not self._one_session,
+            process_group=0 if self._one_session else None,
             preexec_fn=_dies_with(os.getpid()),
         ).result()
         child = Child(name, process, log)
