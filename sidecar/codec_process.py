@@ -3,7 +3,10 @@
 Threads: the sidecar shares its node with a model server that keeps the cores busy, and a
 chunk's tensor ops split over threads that wait on each other at every op then wait for the
 model's compute too: beside vLLM on 2 cores, one thread loads about twice as fast as torch's
-default (docs/benchmarks.md, "vLLM").
+default (docs/benchmarks.md, "vLLM"). Chunks are coded in worker threads (`asyncio.to_thread`),
+and OpenMP keeps its thread count per thread: `torch.set_num_threads` in the main thread left
+the matrix products of a worker (the rotation's) on every core, so the workers of `executor`
+set it for themselves.
 
 Allocator: a chunk's tensors are a few MB each, a dozen per chunk, all freed once the chunk is
 written. glibc's malloc serves such blocks with fresh mappings (its mmap threshold starts at
@@ -18,6 +21,7 @@ mappings of their own and go back to the kernel when freed.
 from __future__ import annotations
 
 import ctypes
+from concurrent.futures import ThreadPoolExecutor
 
 DEFAULT_CODEC_THREADS = 1
 MMAP_THRESHOLD = 32 << 20
@@ -52,3 +56,13 @@ def set_up(threads: int = DEFAULT_CODEC_THREADS) -> None:
 
     torch.set_num_threads(threads)
     keep_freed_blocks()
+
+
+def executor(threads: int = DEFAULT_CODEC_THREADS) -> ThreadPoolExecutor:
+    """A pool for the event loop's `to_thread` work whose threads each run torch's ops on
+    `threads` threads (see above); asyncio's own default pool has as many workers."""
+    import torch
+
+    return ThreadPoolExecutor(
+        thread_name_prefix="kvmoq-codec", initializer=torch.set_num_threads, initargs=(threads,)
+    )

@@ -56,3 +56,32 @@ def test_decoding_chunk_after_chunk_reuses_the_blocks_it_freed(codec: str) -> No
     # and glibc's own adaptive threshold sometimes keeps them: 70-2800 pages per decode.)
     assert returned > DECODES * 128 * 23040 // 4096 // 2, returned
     assert kept * 4 < returned, (kept, returned)
+
+
+def test_the_codec_executors_threads_keep_the_codec_thread_count() -> None:
+    """OpenMP keeps its thread count per thread: in a plain worker thread a matrix product
+    (the rotation's) ran on every core whatever the main thread set; a worker of the
+    sidecar's executor runs it on the one thread `--codec-threads` names, so the process
+    spends no more CPU on it than the worker's own."""
+    import os
+    import resource
+    import time
+
+    import torch
+
+    from sidecar import codec_process
+
+    values, matrix = torch.randn(23040, 64), torch.randn(64, 64)
+
+    def process_over_thread_cpu() -> float:
+        before, own = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
+        for _ in range(200):
+            values @ matrix
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        process = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return process / (time.thread_time() - own)
+
+    with codec_process.executor(1) as pool:
+        assert pool.submit(torch.get_num_threads).result() == 1
+        if (os.cpu_count() or 1) > 1:
+            assert pool.submit(process_over_thread_cpu).result() < 1.5

@@ -63,6 +63,7 @@ async def run_sidecar(
 ) -> None:
     """Serve until SIGTERM/SIGINT, then drain. `on_serving` gets the bound addresses."""
     codec_process.set_up(config.codec_threads)
+    asyncio.get_running_loop().set_default_executor(codec_process.executor(config.codec_threads))
     metrics = Metrics()
     health = health_aio.HealthServicer()
     settings = QuicSettings(
