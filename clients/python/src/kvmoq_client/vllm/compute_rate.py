@@ -3,9 +3,10 @@
 A load pays for a chunk only if the chunk arrives sooner than the engine would compute its
 tokens (the sidecar's rule, `LoadRequest.compute_tokens_per_second`): on a slow link the
 engine is better off computing the rest of a prompt than waiting for it. The worker knows
-how many tokens each step computes (the scheduler says so in the step's jobs) and sees the
-forward between `start_load_kv` and `wait_for_save`; on vLLM's CPU backend the forward runs
-in between, so the wall time between the two is the step's compute. Steps of fewer than
+how many tokens each step computes (the scheduler says so in the step's jobs), and vLLM
+binds a step's jobs before its forward and calls `wait_for_save` after it (`start_load_kv`
+comes after the forward too, for asynchronous loads): on vLLM's CPU backend the wall time
+between the two is the step's compute. Steps of fewer than
 `MIN_PREFILL_TOKENS` tokens are not counted: a decode step's time is the model's weights read
 once, not a prompt's tokens computed. Kept free of vLLM, so it is unit-tested without it.
 """
