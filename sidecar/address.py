@@ -6,9 +6,18 @@ argument time and must not pay for `sidecar.service.config`, which imports torch
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
 
 Address = tuple[str, int]
+
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""Where Linux says which ports it hands to sockets bound to port 0 (every outgoing
+connection's)."""
+LOWEST_PICKED_PORT = 10000
+PICK_ATTEMPTS = 64
+_picks = random.Random()  # its own generator: a test that seeds `random` must not pick ours
 
 
 def free_udp_port(host: str = "127.0.0.1") -> int:
@@ -23,9 +32,29 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
 
 
 def _free_port(host: str, kind: socket.SocketKind) -> int:
+    """A port below the kernel's ephemeral range where it has one: a port the kernel picked
+    there may be handed to another process's outgoing connection (a QUIC client's UDP
+    socket) before the server that was told it binds it, and that server then fails to
+    start. Below the range only other servers bind, and they pick at random as well."""
     with socket.socket(socket.AF_INET, kind) as probe:
+        below = range(LOWEST_PICKED_PORT, _ephemeral_low())
+        for port in _picks.sample(below, min(PICK_ATTEMPTS, len(below))):
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The lowest ephemeral port (Linux's default range starts at 32768); where it is
+    unknown, `LOWEST_PICKED_PORT`, and the kernel picks."""
+    try:
+        return int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return LOWEST_PICKED_PORT
 
 
 def parse_address(text: str) -> Address:
