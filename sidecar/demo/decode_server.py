@@ -93,16 +93,16 @@ class DecodeNode:
         self,
         token_ids: Sequence[int],
         tracks: Sequence[str],
-        timeout: float,
+        deadline: float,
         progress: Progress,
         max_kl: float | None = None,
     ) -> Loaded:
-        """Load into the buffers' first slots; `max_kl`: the load's quality floor (None:
-        the sidecar's)."""
+        """Load into the buffers' first slots by `deadline` (seconds from now); `max_kl`: the
+        load's quality floor (None: the sidecar's)."""
         started = time.perf_counter()
         slots = token_slots(0, len(token_ids))
         call = self.client.load(
-            self.set_id, token_ids, slots, tracks=tracks, timeout=timeout, max_kl=max_kl
+            self.set_id, token_ids, slots, tracks=tracks, deadline=deadline, max_kl=max_kl
         )
         written = 0
         for chunk in call:
@@ -167,7 +167,7 @@ def decode(
         (track, [track], LOAD_TIMEOUT_S, math.inf) for track in tracks
     ]
     plans += [(adaptive_label(bound), [], reference.seconds / 2, bound) for bound in ADAPTIVE_KL]
-    for label, allowed, timeout, max_kl in plans:
+    for label, allowed, deadline, max_kl in plans:
         if allowed:
             # The prefill sidecar encodes a track on its first request; warm it so the
             # timed load is what every later decoder sees (served from the relay's cache).
@@ -176,7 +176,7 @@ def decode(
             )
             node.load(prompt, allowed, LOAD_TIMEOUT_S, warm, max_kl)
         progress = steps.start(f"load {label} through the sidecar and the relay", len(prompt))
-        loaded = node.load(prompt, allowed, timeout, progress, max_kl)
+        loaded = node.load(prompt, allowed, deadline, progress, max_kl)
         runs.append(judge_load(model, label, loaded, prompt, continuation, reference))
 
     longer = ids[: args.tokens + EXTENSION_TOKENS]

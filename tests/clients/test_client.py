@@ -25,7 +25,7 @@ from kvmoq_client import (
 )
 from kvmoq_client.buffers import KVBuffers, allocate_shared_kv
 from kvmoq_client.client import RECONNECT_WITHIN_S
-from kvmoq_client.requests import load_request
+from kvmoq_client.requests import ANSWER_GRACE_S, load_call_timeout, load_request
 from kvmoq_client.v1 import kv_cache_pb2 as pb
 
 from sidecar.demo.children import Children
@@ -123,6 +123,20 @@ def test_a_relay_wait_goes_into_the_request_as_a_duration_and_is_checked() -> No
     for bad in (-0.5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="relay_wait"):
             load_request("set", [1, 2, 3, 4], where, (), relay_wait=bad)
+
+
+def test_a_load_deadline_goes_into_the_request_and_the_call_waits_a_grace_past_it() -> None:
+    where = token_slots(0, 4)
+    assert not load_request("set", [1, 2, 3, 4], where, ()).HasField("deadline")
+    before = time.time()
+    request = load_request("set", [1, 2, 3, 4], where, (), deadline=1.5)
+    assert before + 1.5 <= request.deadline.ToNanoseconds() / 1e9 <= time.time() + 1.5
+    for bad in (-0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="deadline"):
+            load_request("set", [1, 2, 3, 4], where, (), deadline=bad)
+    assert load_call_timeout(None, 1.5, 30.0) == 1.5 + ANSWER_GRACE_S
+    assert load_call_timeout(4.0, 1.5, 30.0) == 4.0
+    assert load_call_timeout(None, None, 30.0) == 30.0
 
 
 def test_no_sidecar_is_unavailable_unless_the_client_waits_for_one(tmp_path: Path) -> None:

@@ -11,7 +11,13 @@ import grpc.aio
 
 from kvmoq_client.client import CHANNEL_OPTIONS, DEFAULT_TARGET
 from kvmoq_client.errors import SidecarError, from_rpc_error
-from kvmoq_client.requests import load_request, lookup_request, no_finish, publish_request
+from kvmoq_client.requests import (
+    load_call_timeout,
+    load_request,
+    lookup_request,
+    no_finish,
+    publish_request,
+)
 from kvmoq_client.v1 import kv_cache_pb2, kv_cache_pb2_grpc
 
 _Reply = TypeVar("_Reply")
@@ -137,15 +143,16 @@ class AsyncKVCacheClient:
         write_tokens: int = 0,
         max_kl: float | None = None,
         compute_tokens_per_second: float | None = None,
+        deadline: float | None = None,
     ) -> AsyncLoad:
         """Start loading the longest available prefix into `destination` (see `KVCacheClient.load`)."""
         request = load_request(
             buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,
-            max_kl, compute_tokens_per_second,
+            max_kl, compute_tokens_per_second, deadline,
         )  # fmt: skip
         call = self._stub.Load(
             request,
-            timeout=self._timeout if timeout is None else timeout,
+            timeout=load_call_timeout(timeout, deadline, self._timeout),
             wait_for_ready=self._wait_for_ready,
         )
         return AsyncLoad(call, buffer_set_id)

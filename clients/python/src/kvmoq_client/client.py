@@ -9,7 +9,13 @@ import grpc
 
 from kvmoq_client._closing import ClosesOnExit
 from kvmoq_client.errors import SidecarError, from_rpc_error
-from kvmoq_client.requests import load_request, lookup_request, no_finish, publish_request
+from kvmoq_client.requests import (
+    load_call_timeout,
+    load_request,
+    lookup_request,
+    no_finish,
+    publish_request,
+)
 from kvmoq_client.v1 import kv_cache_pb2, kv_cache_pb2_grpc
 
 DEFAULT_TARGET = "unix:///run/kvmoq/sidecar.sock"
@@ -141,11 +147,16 @@ class KVCacheClient(ClosesOnExit):
         write_tokens: int = 0,
         max_kl: float | None = None,
         compute_tokens_per_second: float | None = None,
+        deadline: float | None = None,
     ) -> Load:
         """Start loading the longest available prefix into `destination`.
 
-        `timeout` (else the client's default) is the deadline the sidecar plans the load
-        against: chunks that cannot arrive in time are left for the model server to compute.
+        `deadline`: seconds from now by which the KV must be in place: the sidecar plans the
+        load against it, leaves the chunks that cannot arrive in time for the model server to
+        compute, and says what it wrote. `timeout`: the call's own (else `ANSWER_GRACE_S` past
+        the deadline, else the client's default); without a `deadline` it is the load's
+        deadline too, and a sidecar whose answer comes later than it (a busy CPU) leaves the
+        call failed with `DeadlineExceeded` and nothing said of what was written.
         `held_tokens`: leading tokens whose KV the model server has already (its own prefix
         cache); the load starts at the chunk that holds the first token after them.
         `relay_wait`: seconds to wait for a relay session lost mid-load to come back and
@@ -164,11 +175,11 @@ class KVCacheClient(ClosesOnExit):
         """
         request = load_request(
             buffer_set_id, token_ids, destination, tracks, held_tokens, relay_wait, write_tokens,
-            max_kl, compute_tokens_per_second,
+            max_kl, compute_tokens_per_second, deadline,
         )  # fmt: skip
         call = self._stub.Load(
             request,
-            timeout=self._timeout if timeout is None else timeout,
+            timeout=load_call_timeout(timeout, deadline, self._timeout),
             wait_for_ready=self._wait_for_ready,
         )
         return Load(call, buffer_set_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Sequence
 
 from kvmoq_client.v1 import kv_cache_pb2
@@ -51,6 +53,7 @@ def load_request(
     write_tokens: int = 0,
     max_kl: float | None = None,
     compute_tokens_per_second: float | None = None,
+    deadline: float | None = None,
 ) -> kv_cache_pb2.LoadRequest:
     rate = compute_tokens_per_second
     if rate is not None and not 0 < rate < float("inf"):
@@ -69,7 +72,29 @@ def load_request(
         if not 0 <= relay_wait < float("inf"):
             raise ValueError(f"relay_wait is seconds >= 0, got {relay_wait}")
         request.relay_wait.FromNanoseconds(round(relay_wait * 1e9))
+    if deadline is not None:
+        if not 0 <= deadline < math.inf:
+            raise ValueError(f"deadline is seconds from now >= 0, got {deadline}")
+        request.deadline.FromNanoseconds(round((time.time() + deadline) * 1e9))
     return request
+
+
+ANSWER_GRACE_S = 2.0
+"""How long past a load's own deadline its call waits for the sidecar's answer. The sidecar
+stops the load at the deadline and says what it wrote; on a busy CPU its loop may run that
+late, and a call that times out first says nothing, so every loaded token is computed again."""
+
+
+def load_call_timeout(
+    timeout: float | None, deadline: float | None, default: float | None
+) -> float | None:
+    """A Load call's gRPC timeout: `timeout` where given, else `ANSWER_GRACE_S` past the
+    load's `deadline`, else the client's `default`."""
+    if timeout is not None:
+        return timeout
+    if deadline is not None:
+        return deadline + ANSWER_GRACE_S
+    return default
 
 
 def _kl_bound(max_kl: float | None) -> float:

@@ -101,9 +101,15 @@ class TransformersKV(ClosesOnExit):
             )
 
     def load(
-        self, token_ids: Sequence[int], *, tracks: Sequence[str] = (), timeout: float | None = None
+        self,
+        token_ids: Sequence[int],
+        *,
+        tracks: Sequence[str] = (),
+        timeout: float | None = None,
+        deadline: float | None = None,
     ) -> LoadedCache:
-        """Load the longest available prefix of `token_ids` as a cache for `generate()`.
+        """Load the longest available prefix of `token_ids` as a cache for `generate()`
+        (`timeout` and `deadline` as `KVCacheClient.load` takes them).
 
         At most all but the last token: `generate()` must compute at least one position to
         get the logits of the first new token.
@@ -115,6 +121,7 @@ class TransformersKV(ClosesOnExit):
                 token_slots(0, len(token_ids)),
                 tracks=tracks,
                 timeout=timeout,
+                deadline=deadline,
             )
             finished = load.wait()
             tokens = min(finished.prefix_tokens, len(token_ids) - 1)

@@ -187,7 +187,7 @@ class WorkerSide:
             return client.load(
                 set_id, job.token_ids, paged_blocks(blocks),
                 tracks=job.tracks or self._settings.tracks,
-                timeout=min(job.deadline or math.inf, self._settings.load_deadline),
+                deadline=min(job.deadline or math.inf, self._settings.load_deadline),
                 held_tokens=job.first_block * size, write_tokens=writable,
                 max_kl=job.max_kl or self._settings.max_kl,
                 compute_tokens_per_second=self.compute_rate(),
