@@ -171,21 +171,13 @@ def request(
 def quality(reference: Output, got: Output) -> dict[str, Any]:
     """KL(reference || got) of the next-token distributions, averaged over the positions
     whose context the two share: up to and including the first token where they differ."""
-    import torch
-
     from sidecar.models.quality import mean_kl
 
     agree = 0
     while agree < len(got.token_ids) and got.token_ids[agree] == reference.token_ids[agree]:
         agree += 1
-    positions = range(min(agree + 1, len(got.token_ids)))
-    vocabulary = sorted(reference.logprobs[0], key=int)
-
-    def log_probs(output: Output) -> torch.Tensor:
-        rows = [[output.logprobs[at][token] for token in vocabulary] for at in positions]
-        return torch.tensor(rows, dtype=torch.float64)
-
-    kl = mean_kl(log_probs(reference), log_probs(got))
+    shared = min(agree + 1, len(got.token_ids))
+    kl = mean_kl(reference.vocabulary_table()[:shared], got.vocabulary_table()[:shared])
     return {"kl": kl, "same_text": agree == len(reference.token_ids)}
 
 

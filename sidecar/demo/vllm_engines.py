@@ -8,15 +8,20 @@ take about 35 s to start on this machine; callers start each once and send it ma
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import queue
 import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar.demo.children import Child, ChildFailed, Children
+
+if TYPE_CHECKING:
+    import torch
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -72,7 +77,28 @@ class Output:
     text: str
     cached_tokens: int
     logprobs: list[dict[str, float]]
-    """Per generated position, the top tokens' log-probabilities (token id as a string)."""
+    """Per generated position, the top tokens' log-probabilities (token id as a string);
+    empty where the stdio engine sent the whole vocabulary's (`vocabulary_logprobs`)."""
+    vocabulary_logprobs: str | None = None
+    """Every token's log-probability at each position: base64 of float32 `[positions,
+    vocabulary]` by token id, the stdio engine's answer to a request for all of them."""
+
+    def vocabulary_table(self) -> torch.Tensor:
+        """`[positions, vocabulary]` float64 log-probabilities, from `vocabulary_logprobs`
+        or from `logprobs` where each position lists every token (an OpenAI-style server's
+        answer for the whole vocabulary)."""
+        import torch
+
+        if self.vocabulary_logprobs is not None:
+            raw = bytearray(base64.b64decode(self.vocabulary_logprobs))
+            flat = torch.frombuffer(raw, dtype=torch.float32)
+            return flat.reshape(len(self.token_ids), -1).to(torch.float64)
+        vocabulary = max(int(token) for position in self.logprobs for token in position) + 1
+        table = torch.full((len(self.logprobs), vocabulary), -math.inf, dtype=torch.float64)
+        for at, position in enumerate(self.logprobs):
+            tokens = torch.tensor([int(token) for token in position])
+            table[at, tokens] = torch.tensor(list(position.values()), dtype=torch.float64)
+        return table
 
 
 @dataclass(frozen=True)

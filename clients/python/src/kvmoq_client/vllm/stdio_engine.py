@@ -10,10 +10,14 @@ Prints {"event": "ready"} once the engine is up, then answers each line
 {"requests": [{"token_ids": [...], "max_tokens": N, "tracks": [...], "deadline": S,
 "max_kl": KL, "logprobs": K}, ...]} (`tracks`, `deadline` and `max_kl`: the kvmoq load's,
 optional, as the connector's `kvmoq_tracks`, `kvmoq_deadline` and `kvmoq_max_kl`;
-`logprobs`: top K per generated position, -1 for the whole vocabulary, default 5) with one line {"event": "generated", "seconds": S, "outputs":
-[...]}: S is the wall time of the batch, each output the greedy token ids and text, the
-log-probabilities, and the prompt tokens vLLM did not compute (`cached_tokens`: its own
-prefix cache and the connector's loads). The engine stops at the end of stdin.
+`logprobs`: top K per generated position, -1 for the whole vocabulary, default 5) with one
+line {"event": "generated", "seconds": S, "outputs": [...]}: S is the wall time of the
+batch, each output the greedy token ids and text, the log-probabilities, and the prompt
+tokens vLLM did not compute (`cached_tokens`: its own prefix cache and the connector's
+loads). Top-K log-probabilities come as `logprobs`, a {token id: value} object per position;
+the whole vocabulary's as `vocabulary_logprobs`, base64 of little-endian float32
+`[positions, vocabulary]` in token id order (and `logprobs` empty). The engine stops at the
+end of stdin.
 
     python -m kvmoq_client.vllm.stdio_engine --model DIR --connector kvmoq --role kv_both \\
         --extra '{"sidecar": "unix:///run/kvmoq/sidecar.sock"}'
@@ -22,6 +26,7 @@ prefix cache and the connector's loads). The engine stops at the end of stdin.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import time
@@ -96,31 +101,67 @@ def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
     from vllm import SamplingParams
 
     prompts = [{"prompt_token_ids": r["token_ids"]} for r in batch]
-    params = [
-        SamplingParams(
-            temperature=0,
-            max_tokens=r["max_tokens"],
-            logprobs=r.get("logprobs", DEFAULT_LOGPROBS),
-            extra_args=_transfer_params(r),
-        )
-        for r in batch
-    ]
+    params = [_sampling(SamplingParams, r.get("logprobs", DEFAULT_LOGPROBS), r) for r in batch]
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - start
     answers = [
-        {
-            "token_ids": list(out.outputs[0].token_ids),
-            "text": out.outputs[0].text,
-            "cached_tokens": out.num_cached_tokens or 0,
-            "logprobs": [
-                {str(token): entry.logprob for token, entry in position.items()}
-                for position in out.outputs[0].logprobs or ()
-            ],
-        }
-        for out in outputs
+        _answer(llm, out, p.logprobs == WHOLE_VOCABULARY)
+        for out, p in zip(outputs, params, strict=True)
     ]
     return {"event": "generated", "seconds": seconds, "outputs": answers}
+
+
+WHOLE_VOCABULARY = -1
+
+
+def _sampling(cls: Any, logprobs: int | None, request: dict[str, Any]) -> Any:
+    """Greedy sampling. The whole vocabulary's log-probabilities come flat (one list, not an
+    object per token) and without decoding each token's text: as vLLM's dicts of decoded
+    tokens, 16 positions of SmolLM2's 49152 tokens took 7-10 s of the engine's time."""
+    whole = logprobs == WHOLE_VOCABULARY
+    return cls(
+        temperature=0,
+        max_tokens=request["max_tokens"],
+        logprobs=logprobs,
+        flat_logprobs=whole,
+        detokenize=not whole,
+        extra_args=_transfer_params(request),
+    )
+
+
+def _answer(llm: Any, out: Any, whole: bool) -> dict[str, Any]:
+    completion = out.outputs[0]
+    token_ids = list(completion.token_ids)
+    answer = {
+        "token_ids": token_ids,
+        "text": llm.get_tokenizer().decode(token_ids) if whole else completion.text,
+        "cached_tokens": out.num_cached_tokens or 0,
+        "logprobs": [],
+    }
+    if whole:
+        answer["vocabulary_logprobs"] = _vocabulary_logprobs(completion.logprobs)
+    else:
+        answer["logprobs"] = [
+            {str(token): entry.logprob for token, entry in position.items()}
+            for position in completion.logprobs or ()
+        ]
+    return answer
+
+
+def _vocabulary_logprobs(flat: Any) -> str:
+    """vLLM's `FlatLogprobs` of every token at each position as base64 float32
+    `[positions, vocabulary]`, by token id (the sampled token, listed first, again among
+    the ranked ones)."""
+    import numpy as np
+
+    token_ids = np.asarray(flat.token_ids, dtype=np.int64)
+    values = np.asarray(flat.logprobs, dtype=np.float32)
+    vocabulary = int(token_ids.max()) + 1 if token_ids.size else 0
+    table = np.full((len(flat), vocabulary), -np.inf, dtype="<f4")
+    for position, (start, end) in enumerate(zip(flat.start_indices, flat.end_indices, strict=True)):
+        table[position, token_ids[start:end]] = values[start:end]
+    return base64.b64encode(table.tobytes()).decode()
 
 
 if __name__ == "__main__":
