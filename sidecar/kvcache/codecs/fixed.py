@@ -24,8 +24,8 @@ from .base import (
     all_finite,
     check_tables_absent,
     destination,
+    split_fixed,
     split_rows,
-    stack_fixed,
     token_major,
     write_layer_major,
 )
@@ -207,16 +207,14 @@ class FixedWidthCodec(Codec):
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         check_tables_absent(self.name, tables)
-        rows = stack_fixed(payloads, self.payload_size(layout))
-        num_tokens = rows.shape[0]
-        dst = destination(layout, num_tokens, device, out)
-        rows = rows.to(dst.device)
-        start = 1 + self.scale_bytes(layout)
-        values = self.element.dequantize(
-            rows[:, start:].clone(memory_format=torch.contiguous_format)
+        heads, bodies = split_fixed(
+            payloads, self.payload_size(layout), 1 + self.scale_bytes(layout)
         )
+        num_tokens = bodies.shape[0]
+        dst = destination(layout, num_tokens, device, out)
+        values = self.element.dequantize(bodies.to(dst.device))
         if self.element.qmax is not None:
-            scales = rows[:, 1:start].clone(memory_format=torch.contiguous_format).view(SCALE_DTYPE)
+            scales = heads.to(dst.device).view(SCALE_DTYPE)
             if bool((scales < SMALLEST_SCALE).any()):
                 raise PayloadError(
                     f"{self.name} payload carries a scale below 2^-14 (zero, negative or "
