@@ -47,6 +47,10 @@ MAX_FOLLOWED_MODELS = 16
 """Model prefixes one session follows; our relay lets a peer follow 64 prefixes."""
 CATALOG_READ_TIMEOUT = 5.0
 """A catalog read that has brought no revision by then is given up (a silent publisher)."""
+CATCH_UP_S = 0.5
+"""How long a model's first lookup waits for the relay's list of its prompts and their
+catalogs (`PublishedPrompts.caught_up`); past it the lookup probes the query's links, and
+the reads go on in the background."""
 
 
 class CatalogFeed:
@@ -282,6 +286,9 @@ class PublishedPrompts:
         self._reading: dict[PromptName, asyncio.Task[None]] = {}
         self._followed: dict[str, asyncio.Task[None]] = {}
         """Every model asked for, once per session: a relay that refused is not asked again."""
+        self._caught_up: dict[str, asyncio.Event] = {}
+        """Per model followed: set once the relay's answer, with the prompts published before
+        it, was heard and their catalogs read (or the relay refused)."""
 
     def __len__(self) -> int:
         return len(self._complete)
@@ -294,7 +301,18 @@ class PublishedPrompts:
         `NamingError` for a model name no namespace can hold."""
         if model not in self._followed and len(self._followed) < MAX_FOLLOWED_MODELS:
             prefix = namespace_prefix(model)
+            self._caught_up[model] = asyncio.Event()
             self._followed[model] = asyncio.ensure_future(self._follow(model, prefix))
+
+    async def caught_up(self, model: str, timeout: float = CATCH_UP_S) -> None:
+        """Wait, up to `timeout`, until what the relay published of `model` before it was
+        followed is in the index: the first lookup of a model on a fresh session would
+        otherwise find only what the query's links name, and miss a prompt whose last chunk
+        the query extends. Returns at once for a model not followed."""
+        event = self._caught_up.get(model)
+        if event is not None and not event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
 
     def vouches_for(self, prompt: PromptName) -> bool:
         """Whether the relay announces `prompt` now and its catalog, when read, described
@@ -315,18 +333,36 @@ class PublishedPrompts:
         return prompt in self._withdrawn
 
     async def _follow(self, model: str, prefix: tuple[bytes, bytes]) -> None:
+        caught_up = self._caught_up[model]
         try:
             announcements = await self._session.subscribe_namespace(prefix)
         except (MoqtApiError, ConnectionError, TimeoutError) as exc:
             log.info("announcements_unavailable", model=model, reason=str(exc) or repr(exc))
+            caught_up.set()
             return
         try:
+            # The relay lists what it holds with its answer: read those catalogs first.
+            listed = announcements.take_ready()
+            for announcement in listed:
+                self._heard(announcement)
+            await self._read_all({a.namespace for a in listed})
+            caught_up.set()
             async for announcement in announcements:
                 self._heard(announcement)
         except (MoqtApiError, ConnectionError) as exc:
             log.info("announcements_lost", model=model, reason=str(exc))
         finally:
+            caught_up.set()
             self._forget(model)
+
+    async def _read_all(self, namespaces: set[tuple[bytes, ...]]) -> None:
+        """Until no prompt of `namespaces` has its catalog read still to come."""
+
+        def pending() -> bool:
+            return any(p.namespace() in namespaces for p in (*self._reading, *self._unread))
+
+        while self._reading and pending():
+            await asyncio.wait(list(self._reading.values()), return_when=asyncio.FIRST_COMPLETED)
 
     def _heard(self, announcement: Announcement) -> None:
         try:

@@ -5,8 +5,9 @@
 * `lookup(model, token_ids)` says how many leading tokens some published prompt holds,
   without moving any KV. The prefix index (links of every catalog seen) names prompts that
   share leading chunks, longer ones included; the first lookup of a model makes it follow
-  the model's announcements (`PublishedPrompts`), so it learns every catalog the relay
-  announces, not only those a load read. The query's own hash-chain links name every prompt
+  the model's announcements (`PublishedPrompts`) and waits a moment for the catalogs of
+  those the relay lists, so it learns every catalog the relay announces, not only those a
+  load read. The query's own hash-chain links name every prompt
   that would be a chunk-aligned prefix of it. Candidates are probed, most tokens first, by
   subscribing to their catalogs; the catalog of the best one that answers confirms how much
   it covers. Only when the index's best match is a prompt announced now whose catalog was
@@ -257,16 +258,21 @@ class KVSubscriber:
     ) -> Availability:
         """How many leading tokens of `token_ids` a published prompt of `model` holds.
 
-        The first lookup of a model starts following its announcements; what they bring
-        serves the lookups after it (this one probes, as every lookup can)."""
+        The first lookup of a model starts following its announcements, and waits a moment
+        (`CATCH_UP_S`) for the prompts the relay holds already to be indexed; what comes
+        later serves the lookups after it (each one probes the query's links too)."""
         self.announced.follow(model)
         try:
-            found = await asyncio.wait_for(self._available(model, token_ids), timeout)
+            found = await asyncio.wait_for(self._caught_up_available(model, token_ids), timeout)
         except TimeoutError:
             return Availability(None, 0, 0)
         if found.prompt is not None and self.announced.withdrawn(found.prompt):
             return dataclasses.replace(found, withdrawn=True)
         return found
+
+    async def _caught_up_available(self, model: str, token_ids: Sequence[int]) -> Availability:
+        await self.announced.caught_up(model)
+        return await self._available(model, token_ids)
 
     async def _available(self, model: str, token_ids: Sequence[int]) -> Availability:
         known = self.index.lookup(model, token_ids)

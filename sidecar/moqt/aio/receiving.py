@@ -110,6 +110,13 @@ class Queue(Generic[T]):
     def finished(self) -> bool:
         return self._ended or self._error is not None
 
+    def take_ready(self) -> list[T]:
+        """The items queued now, without waiting (an error or the end is for the iterator
+        to raise)."""
+        items = list(self._items)
+        self._items.clear()
+        return items
+
     def __aiter__(self) -> AsyncIterator[T]:
         return self
 
