@@ -263,18 +263,15 @@ class KVSubscriber:
         later serves the lookups after it (each one probes the query's links too)."""
         self.announced.follow(model)
         try:
-            found = await asyncio.wait_for(self._caught_up_available(model, token_ids), timeout)
+            found = await asyncio.wait_for(self._available(model, token_ids), timeout)
         except TimeoutError:
             return Availability(None, 0, 0)
         if found.prompt is not None and self.announced.withdrawn(found.prompt):
             return dataclasses.replace(found, withdrawn=True)
         return found
 
-    async def _caught_up_available(self, model: str, token_ids: Sequence[int]) -> Availability:
-        await self.announced.caught_up(model)
-        return await self._available(model, token_ids)
-
     async def _available(self, model: str, token_ids: Sequence[int]) -> Availability:
+        await self.announced.caught_up(model)
         known = self.index.lookup(model, token_ids)
         if known is not None and self.announced.vouches_for(known.prompt):
             # Only a longer prompt named by the query's links (announced too recently for
