@@ -135,7 +135,7 @@ def _answer(llm: Any, out: Any, whole: bool) -> dict[str, Any]:
     token_ids = list(completion.token_ids)
     answer = {
         "token_ids": token_ids,
-        "text": llm.get_tokenizer().decode(token_ids) if whole else completion.text,
+        "text": _decoded(llm, token_ids) if whole else completion.text,
         "cached_tokens": out.num_cached_tokens or 0,
         "logprobs": [],
     }
@@ -147,6 +147,12 @@ def _answer(llm: Any, out: Any, whole: bool) -> dict[str, Any]:
             for position in completion.logprobs or ()
         ]
     return answer
+
+
+def _decoded(llm: Any, token_ids: list[int]) -> str:
+    """The text of `token_ids` as vLLM's own detokenizing gives it (special tokens skipped),
+    for requests that told it not to detokenize."""
+    return llm.get_tokenizer().decode(token_ids, skip_special_tokens=True)
 
 
 def _vocabulary_logprobs(flat: Any) -> str:
