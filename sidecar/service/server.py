@@ -56,8 +56,8 @@ GRPC_STOP_GRACE = 2.0
 RELAY_CLOSE_S = 1.0
 """How long a stopping sidecar waits for its relay session to close. The link sends QUIC's
 CONNECTION_CLOSE at once, then waits out the closing period (three PTOs), which a relay
-that was slow a moment before stretches to seconds: 11 s measured after a 4 s stall.
-Nothing is left to say to the relay by then."""
+that was slow a moment before stretches to many seconds. Nothing is left to say to the
+relay by then."""
 
 
 async def run_sidecar(

@@ -128,12 +128,11 @@ def split_fixed(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Payloads of one fixed `size` as two uint8 CPU tensors: `[T, body - 1]`, the bytes
     after the version byte and before offset `body` (a codec's scales), and `[T, size -
-    body]`, the rest. Each byte is copied once, straight into its row, and each tensor
-    starts aligned for the element views the codecs take of it (joining the payloads first
-    and copying the body out again cost a fp16 load two passes over its bytes)."""
+    body]`, the rest. Each byte is copied once, straight into its row (a decode's one pass
+    over the payloads), and each tensor starts aligned for the element views the codecs take
+    of it."""
     count = check_payloads(payloads)
-    # torch's allocations, aligned as its kernels want them (int8 decode ran at half speed
-    # from numpy's).
+    # torch's allocations: its integer products want their alignment, which numpy's lack.
     heads = torch.empty((count, body - 1), dtype=torch.uint8)
     bodies = torch.empty((count, size - body), dtype=torch.uint8)
     head_rows, body_rows = heads.numpy(), bodies.numpy()

@@ -98,10 +98,8 @@ def _transfer_params(request: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
-    from vllm import SamplingParams
-
     prompts = [{"prompt_token_ids": r["token_ids"]} for r in batch]
-    params = [_sampling(SamplingParams, r.get("logprobs", DEFAULT_LOGPROBS), r) for r in batch]
+    params = [_sampling(r) for r in batch]
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - start
@@ -115,12 +113,15 @@ def _generate(llm: Any, batch: list[dict[str, Any]]) -> dict[str, Any]:
 WHOLE_VOCABULARY = -1
 
 
-def _sampling(cls: Any, logprobs: int | None, request: dict[str, Any]) -> Any:
+def _sampling(request: dict[str, Any]) -> Any:
     """Greedy sampling. The whole vocabulary's log-probabilities come flat (one list, not an
     object per token) and without decoding each token's text: as vLLM's dicts of decoded
-    tokens, 16 positions of SmolLM2's 49152 tokens took 7-10 s of the engine's time."""
+    tokens, a whole vocabulary costs the engine seconds per request."""
+    from vllm import SamplingParams
+
+    logprobs = request.get("logprobs", DEFAULT_LOGPROBS)
     whole = logprobs == WHOLE_VOCABULARY
-    return cls(
+    return SamplingParams(
         temperature=0,
         max_tokens=request["max_tokens"],
         logprobs=logprobs,
