@@ -27,8 +27,9 @@ own count for R, E and Mooncake's D; for kvmoq's D, what its sidecar wrote,
 cache serves them, as it serves every decode node after the first; Mooncake's D pulls once,
 untimed, too. Quality: D's, E's and Mooncake's D's first `QUALITY_TOKENS` greedy positions
 with the whole vocabulary's log-probabilities against R's (KL of the next-token distribution
-while the texts agree). Throughput: a batch of `MIX_REQUESTS` prompts on D, half of them published
-by P, against R computing all of them.
+while the texts agree). Throughput: a batch of `MIX_REQUESTS` prompts on D (`MIX_TOKENS` each,
+or the main prompt's length where shorter), half of them published by P, against R computing
+all of them.
 
 Link limits (`--limits`) shape the loopback of a network namespace every process runs in
 (bench.linked), so the relay-to-sidecar link and Mooncake's P-to-D link are the limited
@@ -139,10 +140,11 @@ class Prompts:
         from sidecar.models.corpus import pydoc_token_ids
 
         half = MIX_REQUESTS // 2
-        ids = pydoc_token_ids(tokens * (repeat + 1) + MIX_TOKENS * MIX_REQUESTS)
+        each = min(MIX_TOKENS, tokens)
+        ids = pydoc_token_ids(tokens * (repeat + 1) + each * MIX_REQUESTS)
         long = [ids[i * tokens : (i + 1) * tokens] for i in range(repeat + 1)]
         mix = ids[tokens * (repeat + 1) :]
-        short = [mix[i * MIX_TOKENS : (i + 1) * MIX_TOKENS] for i in range(MIX_REQUESTS)]
+        short = [mix[i * each : (i + 1) * each] for i in range(MIX_REQUESTS)]
         return cls(long[0], long[1:], short[:half], short[half:])
 
 
@@ -234,8 +236,8 @@ def _measure(
     kvmoq_rows, links = _on_links(job, namespace, console, kvmoq_loads)
     rows += kvmoq_rows
 
-    console.log(f"throughput: {MIX_REQUESTS} prompts of {MIX_TOKENS} tokens, half of them hits")
     mix = [*prompts.hits, *prompts.misses]
+    console.log(f"throughput: {len(mix)} prompts of {len(mix[0])} tokens, half of them hits")
     mix_kvmoq = d.run(*(request(ids, deadline=deadline, max_kl=job.max_kl) for ids in mix)).seconds
     mix_recompute = r.run(*(request(ids) for ids in mix)).seconds
     close_engines(p, d, e, r)
@@ -263,7 +265,7 @@ def _measure(
         "rows": rows,
         "mix": {
             "requests": MIX_REQUESTS,
-            "tokens": MIX_TOKENS,
+            "tokens": len(prompts.hits[0]),
             "hits": len(prompts.hits),
             "kvmoq_s": mix_kvmoq,
             "recompute_s": mix_recompute,

@@ -68,6 +68,7 @@ def test_vllm_bench_reports_every_row_with_sane_values(tmp_path: Path) -> None:
     assert rows[("kvmoq int8", "loopback")]["chunks"] == {"int8": TOKENS // 128}
     mix = report["mix"]
     assert mix["requests"] == 8 and mix["hits"] == 4
+    assert mix["tokens"] == TOKENS  # the mix's prompts are no longer than the main one
     assert mix["speedup"] == pytest.approx(mix["recompute_s"] / mix["kvmoq_s"])
     goals = report["goals"]
     assert goals["adaptive_never_worse"]["met"] == (
