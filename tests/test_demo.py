@@ -25,6 +25,7 @@ import pytest
 from sidecar.address import free_udp_port
 from sidecar.moqt.aio.tls import write_certificate
 from tests.support.processes import processes_with_marker, stop_marked
+from tests.support.sidecar import wait_for
 
 
 class Lines:
@@ -165,16 +166,15 @@ def parent_of_two_children(
     return parent
 
 
-def all_marked(marker: str, count: int, timeout: float = 10.0) -> list[int]:
+def all_marked(marker: str, count: int) -> list[int]:
     """The `count` processes carrying `marker`, once /proc shows them all: under a busy
     suite one of four just started was once not there yet to read."""
-    end = time.monotonic() + timeout
-    while len(marked := processes_with_marker(marker)) < count and time.monotonic() < end:
-        time.sleep(0.05)
-    if len(marked) != count:
-        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in marked]
-        raise AssertionError(f"{len(marked)} of {count} processes: {commands}")
-    return marked
+
+    def found() -> list[int] | None:
+        marked = processes_with_marker(marker)
+        return marked if len(marked) == count else None
+
+    return wait_for(found, f"{count} processes carrying {marker}")
 
 
 @pytest.mark.parametrize("one_session", [False, True], ids=["own-sessions", "one-session"])
